@@ -1,0 +1,114 @@
+# syntax=docker/dockerfile:1
+#
+# durable-rag application image. Two targets:
+#
+#   cpu  python:3.11-slim with CPU-only torch. Runs migrations, the orchestrator worker and anything
+#        else that does not need a GPU.
+#          docker build --target cpu -t durable-rag:cpu .
+#   gpu  NVIDIA CUDA 12 runtime with Python 3.11 and the `gpu` extra (vLLM, which brings its own
+#        CUDA build of torch). Runs the index/embedding worker and, later, the LLM workers.
+#          docker build --target gpu -t durable-rag:gpu .
+#
+# docker-compose.yml picks the target per service. The entry point is the `durable-rag` console
+# script, so `docker run durable-rag:cpu worker orchestrator` runs `durable-rag worker orchestrator`.
+#
+# Models are not baked in: Hugging Face downloads go to $HF_HOME, which compose mounts as a volume
+# so a restart does not download them again.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG CUDA_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu22.04
+ARG TORCH_VERSION=2.13.0
+
+# --------------------------------------------------------------------------------------------------
+# cpu
+# --------------------------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS cpu
+
+ARG TORCH_VERSION
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HOME=/var/cache/huggingface
+
+RUN groupadd --system --gid 10001 app \
+    && useradd --system --uid 10001 --gid app --home-dir /app --shell /usr/sbin/nologin app \
+    && mkdir -p /app "${HF_HOME}" \
+    && chown app:app /app "${HF_HOME}"
+
+WORKDIR /app
+
+# torch first, from the CPU wheel index, so that `pip install .` finds it already satisfied and
+# does not pull the multi-GB CUDA build from PyPI.
+RUN pip install "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/cpu
+
+COPY pyproject.toml README.md alembic.ini ./
+COPY durable_rag/ durable_rag/
+COPY workflows/ workflows/
+COPY activities/ activities/
+COPY workers/ workers/
+COPY schemas/ schemas/
+COPY migrations/ migrations/
+COPY corpus/ corpus/
+
+RUN pip install . \
+    && durable-rag --help > /dev/null
+
+USER app
+
+ENTRYPOINT ["durable-rag"]
+CMD ["--help"]
+
+# --------------------------------------------------------------------------------------------------
+# gpu
+# --------------------------------------------------------------------------------------------------
+FROM ${CUDA_IMAGE} AS gpu
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HOME=/var/cache/huggingface \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH}
+
+# Ubuntu 22.04 ships Python 3.10; the project targets 3.11, so take it from deadsnakes (as vLLM's
+# own images do). gcc and the Python headers are needed at run time: Triton compiles a small C
+# helper the first time a kernel launches.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates gnupg software-properties-common \
+    && add-apt-repository -y ppa:deadsnakes/ppa \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends \
+        python3.11 python3.11-venv python3.11-dev gcc libc6-dev \
+    && apt-get purge -y --auto-remove software-properties-common \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3.11 -m venv "${VIRTUAL_ENV}" \
+    && pip install --upgrade pip
+
+RUN groupadd --system --gid 10001 app \
+    && useradd --system --uid 10001 --gid app --home-dir /app --shell /usr/sbin/nologin app \
+    && mkdir -p /app "${HF_HOME}" \
+    && chown app:app /app "${HF_HOME}"
+
+WORKDIR /app
+
+COPY pyproject.toml README.md alembic.ini ./
+COPY durable_rag/ durable_rag/
+COPY workflows/ workflows/
+COPY activities/ activities/
+COPY workers/ workers/
+COPY schemas/ schemas/
+COPY migrations/ migrations/
+COPY corpus/ corpus/
+
+# The gpu extra adds vLLM, which pins its own CUDA build of torch.
+RUN pip install ".[gpu]" \
+    && durable-rag --help > /dev/null
+
+USER app
+
+ENTRYPOINT ["durable-rag"]
+CMD ["--help"]

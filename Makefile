@@ -1,0 +1,60 @@
+# durable-rag: `make demo` and `make test` do everything on a fresh machine.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | sha1sum | cut -c1-12)
+export HF_HUB_OFFLINE := 1
+export TQDM_DISABLE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: venv demo test test-fast lint typecheck up down status bench clean
+
+venv: $(STAMP)
+
+# torch first, on its own: the CPU wheel of 2.13.0 (anything else pulls a multi-GB CUDA build).
+$(STAMP): pyproject.toml requirements.lock
+	@command -v $(PY) >/dev/null || { echo "need $(PY)"; exit 2; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: venv
+	$(BIN)/durable-rag up
+	$(BIN)/durable-rag ingest corpus README.md ARCHITECTURE.md
+	$(BIN)/durable-rag search "Who delivered the Gettysburg Address and when?"
+	@echo
+	@echo "Stop everything with: $(BIN)/durable-rag down"
+
+test: venv
+	./scripts/system-deps.sh
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+test-fast: venv
+	$(BIN)/pytest -m "not slow"
+
+lint: venv
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+up: venv
+	$(BIN)/durable-rag up
+down: venv
+	$(BIN)/durable-rag down
+status: venv
+	$(BIN)/durable-rag status
+
+bench: venv
+	$(BIN)/python bench/ingest.py
+
+clean:
+	-$(BIN)/durable-rag down
+	rm -rf .data

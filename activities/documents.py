@@ -1,0 +1,295 @@
+"""Document activities: files and the Postgres record of documents and chunks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+
+from durable_rag import ids, parsing
+from durable_rag.chunking import chunk_document
+from durable_rag.db import Chunk, Document, DocumentStatus
+from durable_rag.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
+from schemas.common import DocumentFailure, DocumentVersion
+from schemas.ingest import (
+    CommitOutput,
+    DiscoverInput,
+    DiscoverOutput,
+    DocumentsInput,
+    StageBatchInput,
+    StageBatchOutput,
+)
+from schemas.search import HydrateInput, HydrateOutput, Passage
+
+log = logging.getLogger(__name__)
+
+
+class DocumentActivities:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        tokenizer: Any,
+        chunk_tokens: int,
+        chunk_overlap: float,
+        max_document_bytes: int,
+    ) -> None:
+        self.sessions = sessions
+        self.tokenizer = tokenizer
+        self.chunk_tokens = chunk_tokens
+        self.chunk_overlap = chunk_overlap
+        self.max_document_bytes = max_document_bytes
+        # Fast tokenizers refuse concurrent use from several threads ("Already borrowed").
+        self._tokenizer_lock = threading.Lock()
+
+    # --- ingest ---------------------------------------------------------------------------------
+
+    @activity.defn
+    def discover_files(self, request: DiscoverInput) -> DiscoverOutput:
+        """Expand folders into the supported files under them, in a stable order."""
+        files: list[str] = []
+        failures: list[DocumentFailure] = []
+        seen: set[str] = set()
+        for raw in request.paths:
+            # abspath, not resolve: a symlink keeps its own name as the document's source.
+            path = Path(os.path.abspath(Path(raw).expanduser()))
+            if path.is_dir():
+                found = sorted(
+                    p
+                    for p in path.rglob("*")
+                    if p.is_file()
+                    and p.suffix.lower() in parsing.CONTENT_TYPES
+                    and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                )
+                candidates = [str(p) for p in found]
+            elif path.exists():
+                candidates = [str(path)]
+            else:
+                failures.append(
+                    DocumentFailure(
+                        source=str(path),
+                        kind=parsing.UNREADABLE,
+                        message="no such file or directory",
+                    )
+                )
+                continue
+            for candidate in candidates:
+                if candidate not in seen:
+                    seen.add(candidate)
+                    files.append(candidate)
+        return DiscoverOutput(files=files, failures=failures)
+
+    @activity.defn
+    def stage_batch(self, request: StageBatchInput) -> StageBatchOutput:
+        """Parse, chunk and diff each file; stage changed ones as a pending version.
+
+        A pending version is invisible to readers until `commit_batch`. Staging again (a retry)
+        replaces the same pending rows, with the same deterministic ids.
+        """
+        staged: list[DocumentVersion] = []
+        unchanged: list[str] = []
+        failures: list[DocumentFailure] = []
+        for source in request.files:
+            try:
+                outcome = self._stage_one(request.tenant, source)
+            except parsing.DocumentError as exc:
+                failures.append(DocumentFailure(source=source, kind=exc.kind, message=exc.message))
+                DOCUMENTS_INGESTED.labels("failed").inc()
+                continue
+            if outcome is None:
+                unchanged.append(source)
+                DOCUMENTS_INGESTED.labels("unchanged").inc()
+            else:
+                staged.append(outcome)
+        return StageBatchOutput(staged=staged, unchanged=unchanged, failures=failures)
+
+    def _stage_one(self, tenant: str, source: str) -> DocumentVersion | None:
+        started = time.perf_counter()
+        content_type = parsing.content_type_for(source)
+        data = parsing.read_source(Path(source), self.max_document_bytes)
+        digest = ids.content_hash(data)
+        doc_id = ids.document_id(tenant, source)
+
+        with self.sessions() as session:
+            current = session.get(Document, doc_id)
+            if (
+                current
+                and current.status == DocumentStatus.ACTIVE
+                and current.content_hash == digest
+            ):
+                return None
+
+        parsed = parsing.parse(data, content_type, fallback_title=Path(source).stem)
+        with self._tokenizer_lock:
+            drafts = chunk_document(parsed, self.tokenizer, self.chunk_tokens, self.chunk_overlap)
+        STEP_SECONDS.labels("parse_chunk").observe(time.perf_counter() - started)
+
+        with self.sessions.begin() as session:
+            doc = session.get(Document, doc_id, with_for_update=True)
+            if doc is None:
+                doc = Document(
+                    id=doc_id,
+                    tenant=tenant,
+                    source=source,
+                    version=0,
+                    chunk_count=0,
+                    status=DocumentStatus.PENDING,
+                    content_type=content_type,
+                )
+                session.add(doc)
+            elif doc.status == DocumentStatus.ACTIVE and doc.content_hash == digest:
+                return None  # a concurrent ingest got here first
+            version = doc.version + 1
+            doc.title = parsed.title
+            doc.content_type = content_type
+            doc.byte_size = len(data)
+            doc.pending_version = version
+            doc.pending_hash = digest
+            doc.error = None
+            session.flush()
+            session.execute(
+                delete(Chunk).where(Chunk.document_id == doc_id, Chunk.version == version)
+            )
+            session.execute(
+                insert(Chunk),
+                [
+                    {
+                        "id": ids.chunk_id(doc_id, version, d.ordinal),
+                        "document_id": doc_id,
+                        "tenant": tenant,
+                        "version": version,
+                        "ordinal": d.ordinal,
+                        "text": d.text,
+                        "token_count": d.token_count,
+                        "heading_path": d.heading_path,
+                        "char_start": d.char_start,
+                        "char_end": d.char_end,
+                    }
+                    for d in drafts
+                ],
+            )
+        return DocumentVersion(document_id=doc_id, version=version, source=source)
+
+    @activity.defn
+    def commit_batch(self, request: DocumentsInput) -> CommitOutput:
+        """Make staged versions active and drop the rows of the versions they replace.
+
+        One transaction: readers see either the old version or the new one, never both or none.
+        Idempotent: a version that is already active counts as committed.
+        """
+        committed: list[DocumentVersion] = []
+        with self.sessions.begin() as session:
+            for item in request.documents:
+                doc = session.get(Document, item.document_id, with_for_update=True)
+                if doc is None or doc.tenant != request.tenant:
+                    continue
+                if doc.version == item.version and doc.pending_version is None:
+                    committed.append(item)
+                    continue
+                if doc.pending_version != item.version:
+                    log.warning(
+                        "document %s: version %d was superseded before commit",
+                        doc.source,
+                        item.version,
+                    )
+                    continue
+                session.execute(
+                    delete(Chunk).where(Chunk.document_id == doc.id, Chunk.version != item.version)
+                )
+                doc.version = item.version
+                doc.content_hash = doc.pending_hash
+                doc.pending_version = None
+                doc.pending_hash = None
+                doc.status = DocumentStatus.ACTIVE
+                doc.chunk_count = (
+                    session.scalar(
+                        select(func.count())
+                        .select_from(Chunk)
+                        .where(Chunk.document_id == doc.id, Chunk.version == item.version)
+                    )
+                    or 0
+                )
+                committed.append(item)
+            total = session.scalar(
+                select(func.count())
+                .select_from(Chunk)
+                .join(Document, Document.id == Chunk.document_id)
+                .where(
+                    Chunk.document_id.in_([c.document_id for c in committed]),
+                    Chunk.version == Document.version,
+                )
+            )
+        DOCUMENTS_INGESTED.labels("ingested").inc(len(committed))
+        return CommitOutput(committed=committed, chunks_active=total or 0)
+
+    @activity.defn
+    def discard_pending(self, request: DocumentsInput) -> None:
+        """Drop staged versions that could not be indexed; the active version stays as it was."""
+        with self.sessions.begin() as session:
+            for item in request.documents:
+                doc = session.get(Document, item.document_id, with_for_update=True)
+                if (
+                    doc is None
+                    or doc.tenant != request.tenant
+                    or doc.pending_version != item.version
+                ):
+                    continue
+                session.execute(
+                    delete(Chunk).where(Chunk.document_id == doc.id, Chunk.version == item.version)
+                )
+                doc.pending_version = None
+                doc.pending_hash = None
+                if doc.version == 0:
+                    doc.status = DocumentStatus.FAILED
+        DOCUMENTS_INGESTED.labels("failed").inc(len(request.documents))
+
+    # --- retrieval ------------------------------------------------------------------------------
+
+    @activity.defn
+    def hydrate_hits(self, request: HydrateInput) -> HydrateOutput:
+        """Resolve index hits against Postgres, keeping only chunks of active versions.
+
+        This is what makes a version switch atomic for vector search too: points of a staged or
+        superseded version may sit in the index for a while, but they never reach a reader.
+        """
+        if not request.hits:
+            return HydrateOutput(passages=[], stale_hits=0)
+        scores = {h.chunk_id: h.score for h in request.hits}
+        with self.sessions() as session:
+            rows = session.execute(
+                select(Chunk, Document)
+                .join(Document, Document.id == Chunk.document_id)
+                .where(
+                    Chunk.id.in_(list(scores)),
+                    Chunk.tenant == request.tenant,
+                    Document.tenant == request.tenant,
+                    Document.status == DocumentStatus.ACTIVE,
+                    Chunk.version == Document.version,
+                )
+            ).all()
+        passages = [
+            Passage(
+                chunk_id=chunk.id,
+                document_id=doc.id,
+                version=chunk.version,
+                ordinal=chunk.ordinal,
+                source=doc.source,
+                title=doc.title,
+                heading_path=chunk.heading_path,
+                text=chunk.text,
+                score=scores[chunk.id],
+                char_start=chunk.char_start,
+                char_end=chunk.char_end,
+            )
+            for chunk, doc in rows
+        ]
+        passages.sort(key=lambda p: p.score, reverse=True)
+        return HydrateOutput(
+            passages=passages[: request.limit], stale_hits=len(request.hits) - len(passages)
+        )

@@ -1,0 +1,20 @@
+"""Mapping of library errors to Temporal failures."""
+
+from __future__ import annotations
+
+from temporalio.exceptions import ApplicationError
+
+from durable_rag.index import IndexConfigError, IndexUnavailableError
+from durable_rag.policies import INDEX_CONFIG, INVALID_INPUT
+
+
+def invalid_input(message: str) -> ApplicationError:
+    return ApplicationError(message, type=INVALID_INPUT, non_retryable=True)
+
+
+def index_error(exc: Exception) -> ApplicationError:
+    if isinstance(exc, IndexConfigError):
+        return ApplicationError(str(exc), type=INDEX_CONFIG, non_retryable=True)
+    if isinstance(exc, IndexUnavailableError):
+        return ApplicationError(str(exc), type="IndexUnavailable")
+    return ApplicationError(f"{type(exc).__name__}: {exc}", type="IndexError")

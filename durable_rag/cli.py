@@ -1,0 +1,235 @@
+"""`durable-rag`: the command line. Bad input exits with code 2 and a message."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from durable_rag.settings import Settings
+
+if TYPE_CHECKING:
+    from durable_rag.client import RagClient
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+console = Console()
+err = Console(stderr=True)
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        _usage_error(f"invalid settings:\n{exc}")
+
+
+def _usage_error(message: str) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(1)
+
+
+def _ui_link(settings: Settings, workflow_id: str) -> str:
+    return f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows/{workflow_id}"
+
+
+@app.command()
+def up(
+    no_workers: Annotated[bool, typer.Option("--no-workers", help="Start servers only.")] = False,
+) -> None:
+    """Start the embedded stack (Temporal dev server, Postgres, workers); idempotent."""
+    from durable_rag.stack import EmbeddedStack, StackError
+
+    try:
+        EmbeddedStack(_settings()).up(workers=not no_workers, echo=console.print)
+    except StackError as exc:
+        _fail(str(exc))
+
+
+@app.command()
+def down() -> None:
+    """Stop every part of the embedded stack that `up` started, by PID."""
+    from durable_rag.stack import EmbeddedStack, StackError
+
+    try:
+        EmbeddedStack(_settings()).down(echo=console.print)
+    except StackError as exc:
+        _fail(str(exc))
+
+
+@app.command()
+def status() -> None:
+    """Show which parts of the embedded stack run. Exit 1 if any is down."""
+    from durable_rag.stack import EmbeddedStack, StackError
+
+    try:
+        stack = EmbeddedStack(_settings())
+    except StackError as exc:
+        _fail(str(exc))
+    parts = stack.status()
+    for part in parts:
+        state = "[green]running[/green]" if part.running else "[red]stopped[/red]"
+        console.print(f"{part.name:22} {state:>20}  pid {part.pid or '-':>7}  {part.detail}")
+    if all(p.running for p in parts):
+        for line in stack.urls():
+            console.print(line)
+    else:
+        raise typer.Exit(1)
+
+
+@app.command()
+def worker(
+    kind: Annotated[str, typer.Argument(help="orchestrator | index")],
+) -> None:
+    """Run one worker in the foreground (what `up` and docker-compose start)."""
+    settings = _settings()
+    if kind == "orchestrator":
+        from workers.orchestrator import main
+    elif kind == "index":
+        from workers.index import main
+    else:
+        _usage_error(f"unknown worker kind {kind!r}; choose orchestrator or index")
+    asyncio.run(main(settings))
+
+
+@app.command()
+def migrate() -> None:
+    """Apply Alembic migrations (alembic upgrade head) to the configured database."""
+    from durable_rag.stack import migrate as run_migrations
+
+    run_migrations(_settings().sqlalchemy_url)
+    console.print("migrated")
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (md, txt, html, pdf).")],
+    tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
+) -> None:
+    """Ingest documents durably, with a progress bar; prints per-document errors."""
+    from schemas.ingest import IngestProgress
+
+    settings = _settings()
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        _usage_error(f"no such file or directory: {', '.join(missing)}")
+
+    async def run() -> None:
+        from durable_rag.client import ingest_workflow_id
+
+        rag = await _connect(settings)
+        try:
+            request = rag.ingest_request([str(p) for p in paths], tenant)
+        except ValidationError as exc:
+            _usage_error(str(exc))
+        workflow_id = ingest_workflow_id(request)
+        console.print(f"workflow {workflow_id}\n  {_ui_link(settings, workflow_id)}")
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as bar:
+            task = bar.add_task("starting", total=None)
+
+            async def show(progress: IngestProgress) -> None:
+                t = progress.totals
+                bar.update(
+                    task,
+                    description=progress.stage,
+                    completed=t.documents_done,
+                    total=t.documents_total or None,
+                )
+
+            result = await rag.ingest(request.paths, request.tenant, on_progress=show)
+        t = result.totals
+        console.print(
+            f"documents: {t.documents_ingested} ingested, {t.documents_unchanged} unchanged, "
+            f"{t.documents_failed} failed of {t.documents_total}; chunks indexed {t.chunks_indexed}, "
+            f"passages embedded {t.passages_embedded}"
+        )
+        for failure in result.failures:
+            console.print(f"  [yellow]{failure.kind}[/yellow] {failure.source}: {failure.message}")
+        for note in result.degradations:
+            console.print(f"  [yellow]degraded[/yellow] {note}")
+
+    asyncio.run(run())
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="The question or text to look for.")],
+    tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Passages to return (1-100).")] = 5,
+) -> None:
+    """Retrieve the best passages for a query, with scores and source locations."""
+    import uuid
+
+    from schemas.search import SearchRequest
+
+    settings = _settings()
+    try:
+        SearchRequest(tenant=tenant or settings.default_tenant, query=query, top_k=top_k)
+    except ValidationError as exc:
+        _usage_error(_first_error(exc))
+
+    async def run() -> None:
+        rag = await _connect(settings)
+        trace = uuid.uuid4().hex[:16]
+        response = await rag.search(query, tenant, top_k, trace_id=trace)
+        console.print(f"[bold]{query}[/bold]   trace {response.trace_id}")
+        if not response.passages:
+            console.print("no passages found")
+        for rank, p in enumerate(response.passages, start=1):
+            location = f"{p.source}:{p.char_start}-{p.char_end}"
+            console.print(
+                f"\n[bold]{rank}. score {p.score:.3f}[/bold]  {p.title} "
+                f"[dim]› {p.heading_path or '(no heading)'}[/dim]\n   {location}"
+            )
+            snippet = " ".join(p.text.split())
+            console.print(f"   {snippet[:300]}{'…' if len(snippet) > 300 else ''}")
+        steps = ", ".join(f"{k} {v:.0f} ms" for k, v in response.timings_ms.items())
+        console.print(f"\ntimings: {steps}\nrun: {_ui_link(settings, response.trace_id)}")
+
+    asyncio.run(run())
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"])
+    return f"{where}: {first['msg']}"
+
+
+async def _connect(settings: Settings) -> RagClient:
+
+    from durable_rag.client import RagClient
+
+    try:
+        return await RagClient.connect(settings)
+    except RuntimeError as exc:
+        _fail(
+            f"cannot reach Temporal at {settings.temporal_address} ({exc}); "
+            "is the stack up? run `durable-rag up`"
+        )
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Typed client helpers for backend services: start flows through the Temporal client.
+
+rag = await RagClient.connect(Settings())
+result = await rag.ingest(["docs/"], tenant="acme")
+found = await rag.search("how do refunds work?", tenant="acme")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
+
+from durable_rag import ids
+from durable_rag.settings import Settings
+from schemas.ingest import IngestProgress, IngestRequest, IngestResult, IngestWorkflowInput
+from schemas.search import SearchRequest, SearchResponse
+from workers.common import connect
+from workflows.ingest import IngestWorkflow
+from workflows.search import SearchWorkflow
+
+
+def ingest_workflow_id(request: IngestRequest) -> str:
+    """`ingest-<tenant>-<source>-<hash>`: the same request maps to the same id, so a retried start
+    attaches to the running ingest instead of starting a second one."""
+    sources = sorted(os.path.abspath(Path(p).expanduser()) for p in request.paths)
+    name = ids.slug(Path(sources[0]).name, 24) if len(sources) == 1 else f"{len(sources)}-paths"
+    return f"ingest-{request.tenant}-{name}-{ids.short_hash(request.tenant, *sources)}"
+
+
+class RagClient:
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+
+    @classmethod
+    async def connect(cls, settings: Settings) -> RagClient:
+        return cls(await connect(settings), settings)
+
+    def ingest_request(self, paths: Sequence[str], tenant: str | None = None) -> IngestRequest:
+        return IngestRequest(
+            tenant=tenant or self.settings.default_tenant,
+            paths=[os.path.abspath(Path(p).expanduser()) for p in paths],
+            batch_documents=self.settings.ingest_batch_documents,
+            batches_per_run=self.settings.ingest_batches_per_run,
+        )
+
+    async def start_ingest(
+        self, request: IngestRequest
+    ) -> WorkflowHandle[IngestWorkflow, IngestResult]:
+        return await self.client.start_workflow(
+            IngestWorkflow.run,
+            IngestWorkflowInput(request=request),
+            id=ingest_workflow_id(request),
+            task_queue=self.settings.workflow_task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"ingest {len(request.paths)} path(s) for tenant {request.tenant}",
+        )
+
+    async def ingest(
+        self,
+        paths: Sequence[str],
+        tenant: str | None = None,
+        on_progress: Callable[[IngestProgress], Awaitable[None]] | None = None,
+    ) -> IngestResult:
+        handle = await self.start_ingest(self.ingest_request(paths, tenant))
+        if on_progress is None:
+            return await handle.result()
+        result_task = asyncio.ensure_future(handle.result())
+        while not result_task.done():
+            # A query can fail between runs (continue-as-new); the next one works.
+            with contextlib.suppress(Exception):
+                await on_progress(await handle.query(IngestWorkflow.progress))
+            await asyncio.wait({result_task}, timeout=0.5)
+        return result_task.result()
+
+    async def search(
+        self, query: str, tenant: str | None = None, top_k: int = 5, trace_id: str | None = None
+    ) -> SearchResponse:
+        request = SearchRequest(
+            tenant=tenant or self.settings.default_tenant, query=query, top_k=top_k
+        )
+        return await self.client.execute_workflow(
+            SearchWorkflow.run,
+            request,
+            id=f"search-{trace_id or uuid.uuid4().hex}",
+            task_queue=self.settings.workflow_task_queue,
+            static_summary=f"search: {query[:80]}",
+        )

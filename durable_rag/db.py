@@ -1,0 +1,112 @@
+"""Postgres schema (SQLAlchemy 2 models) and session factory.
+
+Postgres is the record of documents and chunks: the vector index can be rebuilt from the `chunks`
+table. Alembic migrations (migrations/) are the only way this schema changes; a test checks that
+these models and the migrations agree.
+
+Versioning: a document has one *active* version. An ingest stages the next version's chunks
+(`documents.pending_version`), the index receives them, and one transaction then makes them active
+and deletes the previous version's rows. Reads join `chunks.version = documents.version`, so at every
+moment exactly one version of a document is visible.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Computed,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    func,
+)
+from sqlalchemy.dialects.postgresql import TSVECTOR
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class DocumentStatus:
+    PENDING = "pending"  # first version staged, never active yet: invisible
+    ACTIVE = "active"
+    FAILED = "failed"  # first version failed to index: invisible
+
+
+class Document(Base):
+    __tablename__ = "documents"
+    __table_args__ = (UniqueConstraint("tenant", "source", name="uq_documents_tenant_source"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64), index=True)
+    source: Mapped[str] = mapped_column(Text)
+    title: Mapped[str] = mapped_column(Text, default="")
+    content_type: Mapped[str] = mapped_column(String(32))
+    byte_size: Mapped[int] = mapped_column(BigInteger, default=0)
+    # The active version; 0 until one is committed.
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    content_hash: Mapped[str | None] = mapped_column(String(64))
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0)
+    pending_version: Mapped[int | None] = mapped_column(Integer)
+    pending_hash: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default=DocumentStatus.PENDING)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
+class Chunk(Base):
+    __tablename__ = "chunks"
+    __table_args__ = (
+        UniqueConstraint(
+            "document_id", "version", "ordinal", name="uq_chunks_document_version_ordinal"
+        ),
+        Index("ix_chunks_tsv", "tsv", postgresql_using="gin"),
+    )
+
+    # Deterministic: ids.chunk_id(document_id, version, ordinal). It is also the vector point id.
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    document_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("documents.id", ondelete="CASCADE"), index=True
+    )
+    tenant: Mapped[str] = mapped_column(String(64), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    token_count: Mapped[int] = mapped_column(Integer)
+    heading_path: Mapped[str] = mapped_column(Text, default="")
+    char_start: Mapped[int] = mapped_column(Integer)
+    char_end: Mapped[int] = mapped_column(Integer)
+    tsv: Mapped[str] = mapped_column(
+        TSVECTOR, Computed("to_tsvector('english', heading_path || ' ' || text)", persisted=True)
+    )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+def make_engine(url: str) -> Engine:
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+def make_sessionmaker(url: str) -> sessionmaker[Session]:
+    return sessionmaker(make_engine(url), expire_on_commit=False)

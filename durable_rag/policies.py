@@ -1,0 +1,193 @@
+"""THE activity policy table: timeouts, retries, task queue and fallback of every activity.
+
+Workflows never write a timeout or a retry policy inline: they call `workflows.calls.call`, which
+looks the activity up here. Operators override rows with `DURABLE_RAG_ACTIVITY_POLICIES` (JSON);
+a worker applies its settings with `configure()` before it starts.
+
+A test checks that every activity a workflow calls has a row, and that every row's fallback is one
+the workflow implements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+from temporalio.common import RetryPolicy
+
+from durable_rag.settings import ActivityPolicyOverride, Settings
+
+
+class Queue(StrEnum):
+    """Which worker hosts an activity. Names of the queues come from settings."""
+
+    WORKFLOW = "workflow"  # orchestrator worker: Postgres and file access
+    INDEX = "index"  # index worker: vector index and embedding model
+
+
+class Fallback(StrEnum):
+    """What the calling workflow does once retries are exhausted."""
+
+    FAIL_FLOW = "fail the flow: nothing is stored half-way, the caller gets the error"
+    FAIL_BATCH = (
+        "report the batch's documents as failed and go on with the next batch; "
+        "their previous versions stay active"
+    )
+    SKIP = (
+        "go on without it and record a degradation; what it would have cleaned is invisible "
+        "to readers and removed by the next ingest or compaction"
+    )
+
+
+# Errors that retrying cannot fix. Activities raise ApplicationError(type=...) with these.
+INVALID_INPUT = "InvalidInput"
+INDEX_CONFIG = "IndexConfigError"
+MODEL_CONFIG = "ModelLoadError"
+PERMANENT = [INVALID_INPUT, INDEX_CONFIG, MODEL_CONFIG]
+
+
+@dataclass(frozen=True)
+class ActivityPolicy:
+    queue: Queue
+    start_to_close: timedelta
+    retry: RetryPolicy
+    fallback: Fallback
+    heartbeat: timedelta | None = None
+    schedule_to_close: timedelta | None = None
+    expected_latency: str = ""  # documentation for operators (R1)
+
+
+def _retry(
+    initial: float = 1.0, maximum: float = 30.0, attempts: int = 10, backoff: float = 2.0
+) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=initial),
+        backoff_coefficient=backoff,
+        maximum_interval=timedelta(seconds=maximum),
+        maximum_attempts=attempts,
+        non_retryable_error_types=list(PERMANENT),
+    )
+
+
+DECLARED: dict[str, ActivityPolicy] = {
+    # --- ingest -------------------------------------------------------------------------------
+    "discover_files": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(minutes=2),
+        retry=_retry(attempts=5),
+        fallback=Fallback.FAIL_FLOW,
+        expected_latency="ms per thousand files",
+    ),
+    "stage_batch": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(minutes=10),
+        retry=_retry(),
+        fallback=Fallback.FAIL_BATCH,
+        expected_latency="parse + chunk: ~50 ms per 10 KB document",
+    ),
+    "index_documents": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(minutes=30),
+        heartbeat=timedelta(seconds=60),
+        retry=_retry(attempts=20, maximum=60),
+        fallback=Fallback.FAIL_BATCH,
+        expected_latency="embedding bound: ~20-100 chunks/s on 2 CPU cores",
+    ),
+    "commit_batch": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(minutes=2),
+        retry=_retry(),
+        fallback=Fallback.FAIL_BATCH,
+        expected_latency="one transaction: ~10 ms",
+    ),
+    "purge_superseded": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(minutes=2),
+        retry=_retry(attempts=5),
+        fallback=Fallback.SKIP,
+        expected_latency="~10 ms per document",
+    ),
+    "discard_pending": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(minutes=2),
+        retry=_retry(attempts=5),
+        fallback=Fallback.SKIP,
+        expected_latency="one transaction: ~10 ms",
+    ),
+    # --- search -------------------------------------------------------------------------------
+    "embed_query": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(seconds=10),
+        retry=_retry(initial=0.2, maximum=2, attempts=3),
+        fallback=Fallback.FAIL_FLOW,
+        expected_latency="~10 ms",
+    ),
+    "vector_search": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(seconds=5),
+        retry=_retry(initial=0.2, maximum=2, attempts=3),
+        fallback=Fallback.FAIL_FLOW,
+        expected_latency="P99 < 50 ms (R3)",
+    ),
+    "hydrate_hits": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(seconds=5),
+        retry=_retry(initial=0.2, maximum=2, attempts=3),
+        fallback=Fallback.FAIL_FLOW,
+        expected_latency="~5 ms",
+    ),
+}
+
+_effective: dict[str, ActivityPolicy] = dict(DECLARED)
+_queues: dict[Queue, str] = {Queue.WORKFLOW: "rag-workflows", Queue.INDEX: "rag-index"}
+
+
+def configure(settings: Settings) -> None:
+    """Apply a process's settings: task queue names and operator overrides."""
+    table = dict(DECLARED)
+    for name, override in settings.activity_policies.items():
+        if name not in table:
+            known = ", ".join(sorted(table))
+            raise ValueError(f"activity_policies names unknown activity {name!r}; known: {known}")
+        table[name] = _apply(table[name], override)
+    _effective.clear()
+    _effective.update(table)
+    _queues[Queue.WORKFLOW] = settings.workflow_task_queue
+    _queues[Queue.INDEX] = settings.index_task_queue
+
+
+def _apply(policy: ActivityPolicy, o: ActivityPolicyOverride) -> ActivityPolicy:
+    def seconds(value: float | None, default: timedelta) -> timedelta:
+        return default if value is None else timedelta(seconds=value)
+
+    def maybe(value: float | None, default: timedelta | None) -> timedelta | None:
+        return default if value is None else timedelta(seconds=value)
+
+    r = policy.retry
+    retry = dataclasses.replace(
+        r,
+        initial_interval=seconds(o.initial_interval_seconds, r.initial_interval),
+        backoff_coefficient=o.backoff_coefficient or r.backoff_coefficient,
+        maximum_interval=maybe(o.maximum_interval_seconds, r.maximum_interval),
+        maximum_attempts=r.maximum_attempts if o.maximum_attempts is None else o.maximum_attempts,
+    )
+    return dataclasses.replace(
+        policy,
+        start_to_close=seconds(o.start_to_close_seconds, policy.start_to_close),
+        schedule_to_close=maybe(o.schedule_to_close_seconds, policy.schedule_to_close),
+        heartbeat=maybe(o.heartbeat_seconds, policy.heartbeat),
+        retry=retry,
+    )
+
+
+def policy_for(activity_name: str) -> ActivityPolicy:
+    try:
+        return _effective[activity_name]
+    except KeyError:
+        raise KeyError(f"activity {activity_name!r} has no row in durable_rag.policies") from None
+
+
+def queue_name(queue: Queue) -> str:
+    return _queues[queue]

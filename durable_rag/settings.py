@@ -1,0 +1,219 @@
+"""The one place settings are read.
+
+Every value comes from `DURABLE_RAG_*` environment variables or an optional `.env` file. Code
+elsewhere receives a `Settings` instance (or the values it needs) and never reads the environment.
+
+Two profiles share every field; the profile only changes defaults:
+- `embedded`: one machine, no Docker; Temporal dev server, embedded Postgres, in-process Qdrant
+  Edge index, the packaged MiniLM embedder.
+- `production`: docker-compose; Temporal cluster, Postgres and Qdrant servers, BGE models on GPU.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
+
+# Defaults that differ by profile. Values given explicitly always win.
+PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "embedded": {
+        "vector_backend": "edge",
+        "embedding_model": PACKAGED_MINILM,
+        "log_format": "text",
+    },
+    "production": {
+        "vector_backend": "qdrant",
+        "embedding_model": "BAAI/bge-small-en-v1.5",
+        "log_format": "json",
+        "temporal_address": "temporal:7233",
+        "temporal_ui_url": "http://localhost:8080",
+        "qdrant_url": "http://qdrant:6333",
+    },
+}
+
+
+class ActivityPolicyOverride(BaseModel):
+    """Operator override of one row of the activity policy table (durable_rag/policies.py).
+
+    Only the fields given replace the declared value.
+    """
+
+    start_to_close_seconds: float | None = Field(default=None, gt=0, le=86_400)
+    schedule_to_close_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
+    heartbeat_seconds: float | None = Field(default=None, gt=0, le=3_600)
+    initial_interval_seconds: float | None = Field(default=None, gt=0, le=3_600)
+    backoff_coefficient: float | None = Field(default=None, ge=1, le=10)
+    maximum_interval_seconds: float | None = Field(default=None, gt=0, le=86_400)
+    maximum_attempts: int | None = Field(default=None, ge=0, le=1_000)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="DURABLE_RAG_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        validate_default=True,
+    )
+
+    # --- deployment -------------------------------------------------------------------------
+    profile: Literal["embedded", "production"] = Field(
+        default="embedded", description="Which set of defaults applies (see PROFILE_DEFAULTS)."
+    )
+    data_dir: Path = Field(
+        default=Path(".data"),
+        description="Embedded profile: where the Temporal SQLite file, Postgres data, the vector "
+        "index, logs and PID files live.",
+    )
+    default_tenant: str = Field(
+        default="default",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Tenant used when a request names none.",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="Readable lines (embedded) or JSON lines (production)."
+    )
+
+    # --- Temporal ---------------------------------------------------------------------------
+    temporal_address: str = Field(
+        default="127.0.0.1:7233", description="host:port of the frontend."
+    )
+    temporal_namespace: str = Field(default="default", min_length=1)
+    temporal_ui_url: str = Field(
+        default="http://127.0.0.1:8233", description="Base URL printed for operators."
+    )
+    temporal_ui_port: int = Field(
+        default=8233, ge=1, le=65_535, description="Embedded dev server UI."
+    )
+    temporal_metrics_port: int = Field(
+        default=9233, ge=1, le=65_535, description="Embedded dev server Prometheus metrics."
+    )
+    workflow_task_queue: str = Field(
+        default="rag-workflows",
+        description="Orchestrator worker: workflows and Postgres activities.",
+    )
+    index_task_queue: str = Field(
+        default="rag-index",
+        description="Index worker: vector index and embedding activities. In the embedded profile "
+        "this process is the only opener of the in-process index.",
+    )
+
+    # --- Postgres ---------------------------------------------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL (postgresql+psycopg://...). Embedded profile: derived from "
+        "postgres_port when unset.",
+    )
+    postgres_port: int = Field(default=5433, ge=1, le=65_535, description="Embedded Postgres port.")
+    postgres_database: str = Field(default="durable_rag", pattern=r"^[a-z_][a-z0-9_]*$")
+
+    # --- vector index -----------------------------------------------------------------------
+    vector_backend: Literal["edge", "qdrant"] = Field(
+        default="edge", description="edge: in-process qdrant-edge; qdrant: a Qdrant server."
+    )
+    qdrant_url: str = Field(default="http://127.0.0.1:6333", description="Qdrant server URL.")
+    qdrant_collection: str = Field(default="chunks", pattern=r"^[A-Za-z0-9_-]+$")
+    qdrant_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    hnsw_m: int = Field(default=16, ge=4, le=64, description="HNSW edges per node (R20: 16-32).")
+    hnsw_ef_construct: int = Field(
+        default=100, ge=16, le=512, description="HNSW build candidates (R20: 100-200)."
+    )
+    hnsw_ef_search: int = Field(default=128, ge=8, le=1_024, description="HNSW search candidates.")
+
+    # --- embedding --------------------------------------------------------------------------
+    embedding_model: str = Field(
+        default=PACKAGED_MINILM,
+        min_length=1,
+        description="'packaged:all-MiniLM-L6-v2', a local folder, or a model name such as "
+        "BAAI/bge-small-en-v1.5 (loaded the same way by FlagEmbedding).",
+    )
+    embedding_device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
+    embedding_batch_size: int = Field(default=32, ge=1, le=1_024)
+    embedding_max_length: int = Field(
+        default=512, ge=16, le=8_192, description="Token limit passed to the encoder."
+    )
+
+    # --- ingestion --------------------------------------------------------------------------
+    chunk_tokens: int = Field(
+        default=512, ge=128, le=1_024, description="Chunk budget in embedding-model tokens (R19)."
+    )
+    chunk_overlap: float = Field(
+        default=0.15,
+        ge=0.10,
+        le=0.20,
+        description="Fraction of a chunk repeated in the next (R19).",
+    )
+    max_document_bytes: int = Field(
+        default=20 * 1024 * 1024,
+        ge=1_024,
+        le=1024 * 1024 * 1024,
+        description="Larger files are refused.",
+    )
+    ingest_batch_documents: int = Field(
+        default=8, ge=1, le=500, description="Documents per ingest batch (one resumable unit)."
+    )
+    ingest_batches_per_run: int = Field(
+        default=50,
+        ge=1,
+        le=10_000,
+        description="Batches one ingest workflow run handles before continue-as-new.",
+    )
+
+    # --- activities -------------------------------------------------------------------------
+    activity_policies: dict[str, ActivityPolicyOverride] = Field(
+        default_factory=dict,
+        description="Overrides of the activity policy table, by activity name, as JSON.",
+    )
+    worker_max_concurrent_activities: int = Field(default=4, ge=1, le=1_000)
+
+    # --- observability ----------------------------------------------------------------------
+    metrics_port: int = Field(
+        default=0, ge=0, le=65_535, description="Worker Prometheus port; 0 disables it."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_profile_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            profile = str(data.get("profile", "embedded"))
+            for key, value in PROFILE_DEFAULTS.get(profile, {}).items():
+                data.setdefault(key, value)
+        return data
+
+    @model_validator(mode="after")
+    def _check_production(self) -> Settings:
+        if self.profile == "production" and not self.database_url:
+            raise ValueError("production profile needs DURABLE_RAG_DATABASE_URL")
+        return self
+
+    # --- derived values ---------------------------------------------------------------------
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return (
+            f"postgresql+psycopg://postgres@127.0.0.1:{self.postgres_port}/{self.postgres_database}"
+        )
+
+    @property
+    def index_path(self) -> Path:
+        return self.data_dir / "index"
+
+    @property
+    def temporal_db_path(self) -> Path:
+        return self.data_dir / "temporal.db"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings of this process, read once."""
+    return Settings()

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Debian packages the test suite needs: docker-compose (validates docker-compose.yml without an
+# engine), promtool and amtool (validate Prometheus and Alertmanager configs). Idempotent.
+set -euo pipefail
+missing=()
+command -v docker-compose >/dev/null || missing+=(docker-compose)
+command -v promtool >/dev/null || missing+=(prometheus)
+command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
+if ((${#missing[@]})); then
+  echo "installing Debian packages: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,159 @@
+"""Real services for the test suite, started by the tests themselves.
+
+- One embedded Postgres server per session on a free port; each test that needs it gets a fresh,
+  migrated database.
+- One Temporal dev server per session (headless, SQLite file) on free ports.
+- The packaged MiniLM embedder, loaded once.
+If a service cannot start, the fixture fails loudly with the reason: no test is skipped for it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from durable_rag import policies
+from durable_rag.db import make_sessionmaker
+from durable_rag.embedding import Embedder, load_embedder
+from durable_rag.index import VectorIndex, open_index
+from durable_rag.settings import PACKAGED_MINILM, Settings
+from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate
+from workers.common import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "corpus"
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class Database:
+    url: str
+    name: str
+    sessions: sessionmaker[Session]
+
+    def scalar(self, sql: str, *params: Any) -> Any:
+        with psycopg.connect(self.url.replace("postgresql+psycopg", "postgresql")) as conn:
+            row = conn.execute(sql, params).fetchone()
+            return row[0] if row else None
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url.replace("postgresql+psycopg", "postgresql")) as conn:
+            return conn.execute(sql, params).fetchall()
+
+
+@pytest.fixture
+def database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    pg_server.ensure_database(name)
+    url = pg_server.url(name)
+    migrate(url)
+    db = Database(url, name, make_sessionmaker(url))
+    yield db
+    db.sessions.kw["bind"].dispose()
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TemporalDevServer]:
+    server = TemporalDevServer(tmp_path_factory.mktemp("temporal"), free_port(), None, free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+async def client(temporal_server: TemporalDevServer) -> Client:
+    return await connect(Settings(temporal_address=temporal_server.address))
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    return load_embedder(PACKAGED_MINILM, "cpu", max_length=512, batch_size=32)
+
+
+def make_settings(**overrides: Any) -> Settings:
+    """Settings for a test: uuid task queues, so tests never see each other's tasks."""
+    values: dict[str, Any] = {
+        "workflow_task_queue": f"wf-{uuid.uuid4().hex[:8]}",
+        "index_task_queue": f"ix-{uuid.uuid4().hex[:8]}",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@dataclass
+class Stack:
+    """In-process workers over the real services, for one test."""
+
+    settings: Settings
+    client: Client
+    database: Database
+    index: VectorIndex
+    embedder: Embedder
+
+    async def rag(self) -> Any:
+        from durable_rag.client import RagClient
+
+        return RagClient(self.client, self.settings)
+
+
+@asynccontextmanager
+async def running_stack(
+    client: Client,
+    database: Database,
+    embedder: Embedder,
+    data_dir: Path,
+    **overrides: Any,
+) -> AsyncIterator[Stack]:
+    from workers import index as index_worker
+    from workers import orchestrator
+
+    settings = make_settings(
+        database_url=database.url, data_dir=data_dir, qdrant_collection="chunks", **overrides
+    )
+    policies.configure(settings)
+    index = open_index(settings, embedder.dimension)
+    try:
+        with ThreadPoolExecutor(8) as executor:
+            workers = [
+                orchestrator.build_worker(
+                    client, settings, database.sessions, embedder.tokenizer, executor
+                ),
+                index_worker.build_worker(
+                    client, settings, index, embedder, database.sessions, executor
+                ),
+            ]
+            async with workers[0], workers[1]:
+                yield Stack(settings, client, database, index, embedder)
+    finally:
+        index.close()
+        policies.configure(Settings())
+
+
+@pytest.fixture
+async def stack(
+    client: Client, database: Database, embedder: Embedder, tmp_path: Path
+) -> AsyncIterator[Stack]:
+    async with running_stack(client, database, embedder, tmp_path / "data") as s:
+        yield s

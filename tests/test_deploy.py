@@ -1,0 +1,349 @@
+"""Checks of the production deployment files: docker-compose.yml, Dockerfile and deploy/.
+
+Nothing here needs a Docker engine. The command-line validators (docker-compose 1.29 from Debian,
+promtool and amtool) are required: a missing tool fails the test instead of skipping it, because
+a skipped deployment check looks like a passing one. `make test` installs them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+DEPLOY = ROOT / "deploy"
+PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
+PROMETHEUS_RULES = DEPLOY / "prometheus" / "alerts.yml"
+ALERTMANAGER_CONFIG = DEPLOY / "alertmanager" / "alertmanager.yml"
+GRAFANA_PROVISIONING = DEPLOY / "grafana" / "provisioning"
+GRAFANA_DASHBOARDS = DEPLOY / "grafana" / "dashboards"
+
+REQUIRED_SERVICES = {
+    "postgres",
+    "temporal-postgres",
+    "temporal",
+    "temporal-ui",
+    "qdrant",
+    "migrate",
+    "cpu-worker",
+    "gpu-worker",
+    "prometheus",
+    "alertmanager",
+    "grafana",
+}
+ONE_SHOT_SERVICES = {"migrate"}
+WORKERS = ("cpu-worker", "gpu-worker")
+ENV_PREFIX = "DURABLE_RAG_"
+ENV_NAME = re.compile(r"\bDURABLE_RAG_[A-Z0-9_]+\b")
+
+
+def _require_tool(name: str, package: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(
+            f"`{name}` is not installed, so this deployment check cannot run. `make test` installs "
+            f"it (or: apt-get update && apt-get install -y {package}).",
+            pytrace=False,
+        )
+    return path
+
+
+def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _assert_ok(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 0, (
+        f"{' '.join(proc.args)} exited {proc.returncode}\n"
+        f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+    )
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(data, dict) and isinstance(data.get("services"), dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def _environment(service: dict[str, Any]) -> dict[str, str | None]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        pairs = (item.split("=", 1) for item in env)
+        return {p[0]: (p[1] if len(p) > 1 else None) for p in pairs}
+    return {str(k): (None if v is None else str(v)) for k, v in env.items()}
+
+
+def _depends_on(service: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    deps = service.get("depends_on") or {}
+    if isinstance(deps, list):
+        return {name: {"condition": "service_started"} for name in deps}
+    return deps
+
+
+# --------------------------------------------------------------------------------------------------
+# docker-compose.yml
+# --------------------------------------------------------------------------------------------------
+
+
+def test_compose_file_validates_with_docker_compose() -> None:
+    exe = _require_tool("docker-compose", "docker-compose")
+    _assert_ok(_run([exe, "-f", str(COMPOSE_FILE), "config", "-q"]))
+
+
+def test_required_services_exist(services: dict[str, dict[str, Any]]) -> None:
+    missing = REQUIRED_SERVICES - services.keys()
+    assert not missing, f"docker-compose.yml lacks services: {sorted(missing)}"
+
+
+def test_every_long_running_service_has_a_healthcheck(services: dict[str, dict[str, Any]]) -> None:
+    lacking = []
+    for name, service in services.items():
+        if name in ONE_SHOT_SERVICES:
+            continue
+        check = service.get("healthcheck")
+        if not check or check.get("disable") or not check.get("test"):
+            lacking.append(name)
+    assert not lacking, f"services without a healthcheck: {lacking}"
+
+
+def test_migrate_is_a_one_shot_after_postgres(services: dict[str, dict[str, Any]]) -> None:
+    migrate = services["migrate"]
+    assert str(migrate.get("restart", "no")) == "no"
+    assert _depends_on(migrate)["postgres"]["condition"] == "service_healthy"
+    command = migrate.get("command")
+    entrypoint = migrate.get("entrypoint")
+    words = []
+    for part in (entrypoint, command):
+        words += part.split() if isinstance(part, str) else list(part or [])
+    assert words[-3:] == ["alembic", "upgrade", "head"], words
+    env = _environment(migrate)
+    assert set(env) == {"DURABLE_RAG_DATABASE_URL"}, env
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_workers_wait_for_migrations_and_temporal(
+    services: dict[str, dict[str, Any]], worker: str
+) -> None:
+    deps = _depends_on(services[worker])
+    assert deps.get("migrate", {}).get("condition") == "service_completed_successfully", deps
+    assert deps.get("temporal", {}).get("condition") == "service_healthy", deps
+
+
+def test_gpu_worker_waits_for_qdrant(services: dict[str, dict[str, Any]]) -> None:
+    deps = _depends_on(services["gpu-worker"])
+    assert deps.get("qdrant", {}).get("condition") == "service_healthy", deps
+
+
+def test_gpu_worker_reserves_an_nvidia_gpu(services: dict[str, dict[str, Any]]) -> None:
+    devices = (
+        services["gpu-worker"]
+        .get("deploy", {})
+        .get("resources", {})
+        .get("reservations", {})
+        .get("devices", [])
+    )
+    assert any(
+        d.get("driver") == "nvidia"
+        and "gpu" in d.get("capabilities", [])
+        and (d.get("count") in (1, "all") or d.get("device_ids"))
+        for d in devices
+    ), devices
+    assert _environment(services["gpu-worker"]).get("DURABLE_RAG_EMBEDDING_DEVICE") == "cuda"
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_workers_run_in_production_profile_with_metrics(
+    services: dict[str, dict[str, Any]], worker: str
+) -> None:
+    env = _environment(services[worker])
+    assert env.get("DURABLE_RAG_PROFILE") == "production"
+    assert env.get("DURABLE_RAG_METRICS_PORT") == "9100"
+    assert env.get("DURABLE_RAG_TEMPORAL_ADDRESS") == "temporal:7233"
+    healthcheck = " ".join(map(str, services[worker]["healthcheck"]["test"]))
+    assert ":9100/metrics" in healthcheck
+
+
+def test_images_build_from_existing_dockerfile_targets(services: dict[str, dict[str, Any]]) -> None:
+    stages = set(
+        re.findall(r"(?im)^\s*FROM\s+\S+\s+AS\s+([A-Za-z0-9_.-]+)\s*$", DOCKERFILE.read_text())
+    )
+    assert {"cpu", "gpu"} <= stages, stages
+    wanted = {"migrate": "cpu", "cpu-worker": "cpu", "gpu-worker": "gpu"}
+    for name, target in wanted.items():
+        build = services[name].get("build")
+        assert isinstance(build, dict), f"{name} has no build section"
+        assert build.get("target") == target, (name, build)
+        assert (
+            ROOT / build.get("context", ".") / build.get("dockerfile", "Dockerfile")
+        ).resolve() == DOCKERFILE
+
+
+def test_bind_mounted_deploy_files_exist(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = (
+                volume.split(":", 1)[0] if isinstance(volume, str) else volume.get("source", "")
+            )
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name} mounts missing {source}"
+
+
+def test_compose_env_vars_are_settings_fields(compose: dict[str, Any]) -> None:
+    names: set[str] = set(ENV_NAME.findall(COMPOSE_FILE.read_text()))
+    for service in compose["services"].values():
+        names |= {k for k in _environment(service) if k.startswith(ENV_PREFIX)}
+    assert names, "no DURABLE_RAG_* variables found in docker-compose.yml"
+
+    from durable_rag.settings import Settings
+
+    unknown = sorted(
+        name for name in names if name.removeprefix(ENV_PREFIX).lower() not in Settings.model_fields
+    )
+    assert not unknown, f"DURABLE_RAG_* variables that are not Settings fields: {unknown}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Prometheus / Alertmanager
+# --------------------------------------------------------------------------------------------------
+
+
+def test_prometheus_rules_are_valid() -> None:
+    exe = _require_tool("promtool", "prometheus")
+    _assert_ok(_run([exe, "check", "rules", str(PROMETHEUS_RULES)]))
+
+
+def test_prometheus_config_is_valid() -> None:
+    exe = _require_tool("promtool", "prometheus")
+    _assert_ok(_run([exe, "check", "config", str(PROMETHEUS_CONFIG)]))
+
+
+def test_prometheus_scrapes_the_stack() -> None:
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    targets = {
+        target
+        for job in config["scrape_configs"]
+        for static in job.get("static_configs", [])
+        for target in static.get("targets", [])
+    }
+    assert {"temporal:9090", "cpu-worker:9100", "gpu-worker:9100", "qdrant:6333"} <= targets, (
+        targets
+    )
+    rule_files = config.get("rule_files", [])
+    assert any((PROMETHEUS_CONFIG.parent / f).resolve() == PROMETHEUS_RULES for f in rule_files)
+
+
+def test_every_alert_has_summary_and_description() -> None:
+    rules = yaml.safe_load(PROMETHEUS_RULES.read_text())
+    alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+    assert any(a["alert"] == "WorkerDown" for a in alerts)
+    for alert in alerts:
+        annotations = alert.get("annotations", {})
+        assert annotations.get("summary") and annotations.get("description"), alert["alert"]
+
+
+def test_alertmanager_config_is_valid() -> None:
+    exe = _require_tool("amtool", "prometheus-alertmanager")
+    _assert_ok(_run([exe, "check-config", str(ALERTMANAGER_CONFIG)]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Grafana
+# --------------------------------------------------------------------------------------------------
+
+
+def _dashboards() -> list[Path]:
+    return sorted(GRAFANA_DASHBOARDS.glob("*.json"))
+
+
+def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for panel in dashboard.get("panels", []):
+        out.append(panel)
+        out.extend(panel.get("panels", []))  # collapsed rows hold their panels
+    return out
+
+
+def test_dashboards_exist() -> None:
+    assert _dashboards(), f"no dashboards in {GRAFANA_DASHBOARDS}"
+
+
+@pytest.mark.parametrize("path", _dashboards(), ids=lambda p: p.name)
+def test_dashboard_json_is_valid(path: Path) -> None:
+    dashboard = json.loads(path.read_text())
+    assert isinstance(dashboard, dict)
+    assert isinstance(dashboard.get("title"), str) and dashboard["title"]
+    assert isinstance(dashboard.get("panels"), list) and dashboard["panels"]
+    ids = [p["id"] for p in _panels(dashboard) if "id" in p]
+    assert len(ids) == len(set(ids)), f"duplicate panel ids in {path.name}"
+
+
+def test_ingestion_dashboard_queries_the_app_metrics() -> None:
+    dashboard = json.loads((GRAFANA_DASHBOARDS / "ingestion.json").read_text())
+    exprs = " ".join(t.get("expr", "") for p in _panels(dashboard) for t in p.get("targets", []))
+    for metric in (
+        "durable_rag_chunks_embedded_total",
+        "durable_rag_documents_ingested_total",
+        "temporal_activity_execution_latency",
+    ):
+        assert metric in exprs, metric
+    assert re.search(r"by \(status\)[^)]*durable_rag_documents_ingested_total", exprs)
+
+
+def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
+    """Each panel query, with Grafana's variables filled in, must parse as PromQL."""
+    exe = _require_tool("promtool", "prometheus")
+    substitutions = {
+        "$__rate_interval": "5m",
+        "$__interval": "1m",
+        "$__range": "1h",
+    }
+    rules = []
+    for path in _dashboards():
+        for panel in _panels(json.loads(path.read_text())):
+            for target in panel.get("targets", []):
+                expr = target.get("expr")
+                if not expr:
+                    continue
+                for var, value in substitutions.items():
+                    expr = expr.replace(var, value)
+                expr = re.sub(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", ".*", expr)
+                rules.append({"record": f"dashboard:check:{len(rules)}", "expr": expr})
+    assert rules
+    rule_file = tmp_path / "dashboard_rules.yml"
+    rule_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    _assert_ok(_run([exe, "check", "rules", str(rule_file)]))
+
+
+def test_grafana_provisioning_parses(services: dict[str, dict[str, Any]]) -> None:
+    datasources = yaml.safe_load(
+        (GRAFANA_PROVISIONING / "datasources" / "prometheus.yml").read_text()
+    )
+    assert any(
+        d["type"] == "prometheus" and d["url"] == "http://prometheus:9090"
+        for d in datasources["datasources"]
+    )
+    providers = yaml.safe_load((GRAFANA_PROVISIONING / "dashboards" / "dashboards.yml").read_text())
+    paths = {p["options"]["path"] for p in providers["providers"]}
+    mounts = {
+        v.split(":")[1]
+        for v in services["grafana"].get("volumes", [])
+        if isinstance(v, str) and v.startswith("./deploy/grafana/dashboards")
+    }
+    assert paths <= mounts, (paths, mounts)

@@ -1,0 +1,203 @@
+"""IngestWorkflow end to end on real services: Temporal dev server, Postgres, Qdrant Edge, MiniLM.
+
+Acceptance checks 1, 2, 3 and 7 of the ingestion issue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from durable_rag import ids
+from tests.conftest import CORPUS, ROOT, Database, Stack, running_stack
+
+pytestmark = pytest.mark.integration
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+def build_corpus(target: Path, minimum: int = 50) -> list[Path]:
+    """The bundled corpus plus the project's own docs, topped up to `minimum` documents."""
+    shutil.copytree(CORPUS, target)
+    for name in ("README.md", "ARCHITECTURE.md"):
+        shutil.copy(ROOT / name, target / name)
+    files = sorted(p for p in target.rglob("*") if p.is_file())
+    extra = 0
+    while len(files) < minimum:
+        note = target / f"field-note-{extra:02d}.md"
+        note.write_text(
+            f"# Field note {extra}\n\n## Observation\n\nOn expedition day {extra * 7 + 3}, the survey "
+            f"team counted {extra * 13 + 41} grey herons nesting beside lake number {extra + 5}. "
+            "The weather was calm and the water level had dropped since spring.\n"
+        )
+        files.append(note)
+        extra += 1
+    return sorted(files)
+
+
+def longest_sentence(path: Path) -> str:
+    text = re.sub(r"<[^>]+>", " ", path.read_text())
+    candidates = [
+        " ".join(s.split())
+        for s in re.split(r"(?<=[.!?])\s+|\n\s*\n", text)
+        if not s.lstrip().startswith(("#", "|", "-", "*", "`", ">"))
+    ]
+    return max(candidates, key=len)
+
+
+def active_chunk_ids(db: Database, tenant: str) -> set[str]:
+    rows = db.rows(
+        "SELECT c.id::text FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.tenant = %s AND c.version = d.version AND d.status = 'active'",
+        tenant,
+    )
+    return {r[0] for r in rows}
+
+
+def assert_index_matches_postgres(stack: Stack, tenant: str) -> int:
+    in_postgres = active_chunk_ids(stack.database, tenant)
+    in_index = [str(i) for i in stack.index.point_ids(tenant)]
+    assert len(in_index) == len(set(in_index)), "a point is in the index twice"
+    assert set(in_index) == in_postgres, "index and Postgres disagree"
+    all_rows = stack.database.scalar("SELECT count(*) FROM chunks WHERE tenant = %s", tenant)
+    assert all_rows == len(in_postgres), "Postgres holds chunks of inactive versions"
+    return len(in_postgres)
+
+
+async def save_history(client: Client, workflow_id: str, name: str) -> None:
+    """With DURABLE_RAG_RECORD_HISTORIES=1, keep the history for the replay test."""
+    if os.environ.get("DURABLE_RAG_RECORD_HISTORIES") != "1":
+        return
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    HISTORIES.mkdir(exist_ok=True)
+    (HISTORIES / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
+
+
+async def test_ingest_corpus_is_complete_idempotent_and_versioned(
+    stack: Stack, tmp_path: Path
+) -> None:
+    rag = await stack.rag()
+    corpus = tmp_path / "corpus"
+    files = build_corpus(corpus)
+    assert len(files) >= 50
+
+    # 1. Every chunk in Postgres and in the index exactly once; a sentence finds its document.
+    first = await rag.ingest([str(corpus)], tenant="acme")
+    assert first.failures == []
+    assert first.totals.documents_ingested == len(files)
+    assert first.totals.batches_done == first.totals.batches_total > 1
+    chunks = assert_index_matches_postgres(stack, "acme")
+    assert chunks == first.totals.chunks_indexed == first.totals.passages_embedded
+    documents = stack.database.scalar(
+        "SELECT count(*) FROM documents WHERE tenant = 'acme' AND status = 'active'"
+    )
+    assert documents == len(files)
+
+    probes = files[:: max(1, len(files) // 6)][:6]
+    for path in probes:
+        sentence = longest_sentence(path)
+        found = await rag.search(sentence, tenant="acme", top_k=3)
+        assert found.passages, f"nothing found for {sentence!r}"
+        assert found.passages[0].source == str(path.resolve()), (
+            f"{sentence!r} found {found.passages[0].source} first, not {path}"
+        )
+        assert set(found.timings_ms) == {"embed_query", "vector_search", "hydrate"}
+    await save_history(stack.client, found.trace_id, "search")
+
+    # Another tenant sees nothing of it.
+    other = await rag.search(longest_sentence(probes[0]), tenant="someone-else")
+    assert other.passages == []
+
+    # 2. The same corpus again: nothing is re-embedded.
+    encoded_before = stack.embedder.passages_encoded
+    second = await rag.ingest([str(corpus)], tenant="acme")
+    assert second.totals.documents_unchanged == len(files)
+    assert second.totals.passages_embedded == 0
+    assert stack.embedder.passages_encoded == encoded_before
+    assert assert_index_matches_postgres(stack, "acme") == chunks
+
+    # 3. Change one document: only its chunks change; the old version is no longer returned.
+    target = next(p for p in files if p.suffix == ".md" and "field-note" not in p.name)
+    old_sentence = longest_sentence(target)
+    doc_id = ids.document_id("acme", str(target.resolve()))
+    before = active_chunk_ids(stack.database, "acme")
+    old_ids = {
+        r[0]
+        for r in stack.database.rows("SELECT id::text FROM chunks WHERE document_id = %s", doc_id)
+    }
+    new_sentence = (
+        "The quartermaster recorded exactly 4,317 brass lanterns in the harbour inventory of 1888."
+    )
+    target.write_text(target.read_text().replace(old_sentence, new_sentence))
+    encoded_before = stack.embedder.passages_encoded
+    third = await rag.ingest([str(corpus)], tenant="acme")
+    assert third.totals.documents_ingested == 1
+    assert third.totals.documents_unchanged == len(files) - 1
+    new_ids = {
+        r[0]
+        for r in stack.database.rows("SELECT id::text FROM chunks WHERE document_id = %s", doc_id)
+    }
+    assert third.totals.passages_embedded == len(new_ids)
+    assert stack.embedder.passages_encoded - encoded_before == len(new_ids)
+    after = active_chunk_ids(stack.database, "acme")
+    assert before - old_ids == after - new_ids, "chunks of other documents changed"
+    assert old_ids.isdisjoint(new_ids)
+    assert stack.database.scalar("SELECT version FROM documents WHERE id = %s", doc_id) == 2
+    assert_index_matches_postgres(stack, "acme")
+
+    found = await rag.search(new_sentence, tenant="acme", top_k=3)
+    assert found.passages[0].source == str(target.resolve())
+    assert found.passages[0].version == 2
+    found = await rag.search(old_sentence, tenant="acme", top_k=10)
+    assert all(old_sentence not in p.text for p in found.passages)
+    assert all(p.version == 2 for p in found.passages if p.document_id == doc_id)
+
+    handle = await rag.start_ingest(rag.ingest_request([str(corpus)], "acme"))
+    await save_history(stack.client, handle.id, "ingest")
+
+
+async def test_bad_documents_get_specific_errors_and_the_rest_is_ingested(
+    client: Client, database: Database, embedder, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    good = []
+    for i in range(3):
+        path = folder / f"good-{i}.md"
+        path.write_text(f"# Good {i}\n\nA perfectly fine document number {i} about river otters.\n")
+        good.append(path)
+    (folder / "empty.md").write_text("  \n\n")
+    (folder / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (folder / "huge.txt").write_text("big words " * 2000)
+    (folder / "sheet.xlsx").write_bytes(b"PK\x03\x04 not a spreadsheet we read")
+    (folder / "dangling.md").symlink_to(folder / "does-not-exist.md")
+    explicit = [str(folder / n) for n in ("sheet.xlsx", "dangling.md")]
+
+    async with running_stack(
+        client, database, embedder, tmp_path / "data", max_document_bytes=4096
+    ) as stack:
+        rag = await stack.rag()
+        result = await rag.ingest([str(folder), *explicit], tenant="t")
+
+        kinds = {Path(f.source).name: f.kind for f in result.failures}
+        assert kinds == {
+            "empty.md": "empty",
+            "latin1.txt": "invalid_utf8",
+            "huge.txt": "too_large",
+            "sheet.xlsx": "unsupported_type",
+            "dangling.md": "unreadable",
+        }
+        for failure in result.failures:
+            assert failure.message, failure
+        assert result.totals.documents_ingested == len(good)
+        assert result.totals.documents_failed == 5
+        assert result.totals.documents_total == result.totals.documents_done == 8
+        assert_index_matches_postgres(stack, "t")
+        found = await rag.search("river otters document number 2", tenant="t", top_k=1)
+        assert found.passages[0].source == str(good[2].resolve())

@@ -1,0 +1,56 @@
+"""What every worker process shares: the client connection, metrics and signal handling."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import start_http_server
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.worker import Worker
+
+from durable_rag.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def make_runtime(settings: Settings) -> Runtime | None:
+    """Our metrics on metrics_port; the Temporal SDK's own (task slots, schedule-to-start
+    latency) on metrics_port + 1."""
+    if not settings.metrics_port:
+        return None
+    start_http_server(settings.metrics_port, addr="0.0.0.0")
+    return Runtime(
+        telemetry=TelemetryConfig(
+            metrics=PrometheusConfig(bind_address=f"0.0.0.0:{settings.metrics_port + 1}")
+        )
+    )
+
+
+async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+    return await Client.connect(
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+        runtime=runtime or Runtime.default(),
+    )
+
+
+async def run_until_signalled(
+    worker: Worker, on_stop: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Run a worker until SIGINT/SIGTERM, then let in-flight activities finish (graceful)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        log.info("worker polling task queue %s", worker.task_queue)
+        await stop.wait()
+        log.info("worker on %s shutting down", worker.task_queue)
+    if on_stop is not None:
+        await on_stop()

@@ -1,0 +1,85 @@
+"""Index worker: the vector index and the embedding model.
+
+Queue: settings.index_task_queue (rag-index). In the embedded profile this process is the only
+opener of the in-process index. It polls only once the model is loaded and the index is open
+(readiness, R15), and refuses to start on a model/index dimension mismatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.embedding import EmbeddingActivities
+from activities.vector_index import VectorIndexActivities
+from durable_rag import policies
+from durable_rag.db import make_sessionmaker
+from durable_rag.embedding import Embedder, load_embedder
+from durable_rag.index import VectorIndex, open_index
+from durable_rag.logs import setup_logging
+from durable_rag.settings import Settings
+from workers.common import connect, make_runtime, run_until_signalled
+
+log = logging.getLogger(__name__)
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    index: VectorIndex,
+    embedder: Embedder,
+    sessions: sessionmaker[Session],
+    executor: ThreadPoolExecutor,
+    task_queue: str | None = None,
+) -> Worker:
+    vectors = VectorIndexActivities(index, embedder, sessions)
+    embedding = EmbeddingActivities(embedder)
+    return Worker(
+        client,
+        task_queue=task_queue or settings.index_task_queue,
+        activities=[
+            vectors.index_documents,
+            vectors.purge_superseded,
+            vectors.vector_search,
+            embedding.embed_query,
+        ],
+        activity_executor=executor,
+        max_concurrent_activities=settings.worker_max_concurrent_activities,
+    )
+
+
+def load_embedder_for(settings: Settings) -> Embedder:
+    if settings.profile == "embedded":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads on an embedded machine
+    return load_embedder(
+        settings.embedding_model,
+        settings.embedding_device,
+        settings.embedding_max_length,
+        settings.embedding_batch_size,
+    )
+
+
+async def main(settings: Settings) -> None:
+    setup_logging(settings)
+    policies.configure(settings)
+    embedder = load_embedder_for(settings)
+    index = open_index(settings, embedder.dimension)
+    sessions = make_sessionmaker(settings.sqlalchemy_url)
+    client = await connect(settings, make_runtime(settings))
+
+    async def close_index() -> None:
+        index.close()
+
+    with ThreadPoolExecutor(settings.worker_max_concurrent_activities) as executor:
+        worker = build_worker(client, settings, index, embedder, sessions, executor)
+        await run_until_signalled(worker, on_stop=close_index)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Settings()))

@@ -1,0 +1,75 @@
+"""Orchestrator worker: every workflow, plus the activities that touch files and Postgres.
+
+Queue: settings.workflow_task_queue (rag-workflows). Light on memory: it loads the embedding
+model's tokenizer (for chunking), never the weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.documents import DocumentActivities
+from durable_rag import policies
+from durable_rag.db import make_sessionmaker
+from durable_rag.embedding import load_tokenizer
+from durable_rag.logs import setup_logging
+from durable_rag.settings import Settings
+from workers.common import connect, make_runtime, run_until_signalled
+from workflows.ingest import IngestWorkflow
+from workflows.search import SearchWorkflow
+
+WORKFLOWS = [IngestWorkflow, SearchWorkflow]
+log = logging.getLogger(__name__)
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    tokenizer: Any,
+    executor: ThreadPoolExecutor,
+    task_queue: str | None = None,
+) -> Worker:
+    documents = DocumentActivities(
+        sessions,
+        tokenizer,
+        chunk_tokens=settings.chunk_tokens,
+        chunk_overlap=settings.chunk_overlap,
+        max_document_bytes=settings.max_document_bytes,
+    )
+    return Worker(
+        client,
+        task_queue=task_queue or settings.workflow_task_queue,
+        workflows=WORKFLOWS,
+        activities=[
+            documents.discover_files,
+            documents.stage_batch,
+            documents.commit_batch,
+            documents.discard_pending,
+            documents.hydrate_hits,
+        ],
+        activity_executor=executor,
+        max_concurrent_activities=settings.worker_max_concurrent_activities,
+    )
+
+
+async def main(settings: Settings) -> None:
+    setup_logging(settings)
+    policies.configure(settings)
+    tokenizer = load_tokenizer(settings.embedding_model)
+    sessions = make_sessionmaker(settings.sqlalchemy_url)
+    client = await connect(settings, make_runtime(settings))
+    with ThreadPoolExecutor(settings.worker_max_concurrent_activities) as executor:
+        worker = build_worker(client, settings, sessions, tokenizer, executor)
+        await run_until_signalled(worker)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Settings()))

@@ -1,0 +1,1 @@
+"""Workflows: deterministic orchestration, one flow per module. All I/O happens in activities."""

@@ -1,0 +1,185 @@
+"""IngestWorkflow: files in, searchable chunks out, durably.
+
+Plan the batches once (discover), then per batch, in order:
+  stage (parse, chunk, diff; changed documents become pending versions in Postgres)
+  -> index (embed + upsert the pending chunks; heartbeats, resumes mid-batch)
+  -> commit (one transaction makes the new versions active and drops the old rows)
+  -> purge (drop superseded points from the index).
+A crash anywhere resumes at the batch that was running. Continue-as-new keeps history bounded.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.documents import DocumentActivities
+    from activities.vector_index import VectorIndexActivities
+    from schemas.common import DocumentFailure
+    from schemas.ingest import (
+        DiscoverInput,
+        DocumentsInput,
+        IngestCarry,
+        IngestProgress,
+        IngestResult,
+        IngestTotals,
+        IngestWorkflowInput,
+        StageBatchInput,
+    )
+    from workflows.calls import call, describe, is_permanent_config_error
+
+
+@workflow.defn
+class IngestWorkflow:
+    def __init__(self) -> None:
+        self._stage = "starting"
+        self._totals = IngestTotals()
+        self._failures: list[DocumentFailure] = []
+        self._degradations: list[str] = []
+
+    @workflow.query
+    def progress(self) -> IngestProgress:
+        return IngestProgress(stage=self._stage, totals=self._totals)
+
+    @workflow.run
+    async def run(self, wf_input: IngestWorkflowInput) -> IngestResult:
+        request = wf_input.request
+        if wf_input.carry is not None:
+            files = wf_input.carry.files
+            first_batch = wf_input.carry.next_batch
+            self._totals = wf_input.carry.totals.model_copy()
+            self._failures = list(wf_input.carry.failures)
+            self._degradations = list(wf_input.carry.degradations)
+        else:
+            self._stage = "discovering"
+            found = await call(
+                DocumentActivities.discover_files,
+                DiscoverInput(paths=request.paths),
+                summary=f"discover files under {len(request.paths)} path(s)",
+            )
+            files = found.files
+            first_batch = 0
+            self._failures = list(found.failures)
+            size = request.batch_documents
+            self._totals = IngestTotals(
+                documents_total=len(files) + len(found.failures),
+                documents_done=len(found.failures),
+                documents_failed=len(found.failures),
+                batches_total=(len(files) + size - 1) // size,
+            )
+
+        size = request.batch_documents
+        batches = [files[i : i + size] for i in range(0, len(files), size)]
+        for number in range(first_batch, len(batches)):
+            if number - first_batch >= request.batches_per_run or (
+                number > first_batch and workflow.info().is_continue_as_new_suggested()
+            ):
+                self._stage = "continuing as new"
+                workflow.continue_as_new(
+                    IngestWorkflowInput(
+                        request=request,
+                        carry=IngestCarry(
+                            files=files,
+                            next_batch=number,
+                            totals=self._totals,
+                            failures=self._failures,
+                            degradations=self._degradations,
+                        ),
+                    )
+                )
+            await self._ingest_batch(request.tenant, number, len(batches), batches[number])
+            self._totals.batches_done += 1
+
+        self._stage = "done"
+        return IngestResult(
+            tenant=request.tenant,
+            totals=self._totals,
+            failures=self._failures,
+            degradations=self._degradations,
+        )
+
+    async def _ingest_batch(self, tenant: str, number: int, count: int, files: list[str]) -> None:
+        label = f"batch {number + 1}/{count}"
+        self._stage = f"{label}: staging"
+        try:
+            staged = await call(
+                DocumentActivities.stage_batch,
+                StageBatchInput(tenant=tenant, files=files),
+                summary=f"{label}: parse, chunk, diff {len(files)} file(s)",
+            )
+        except ActivityError as err:
+            if is_permanent_config_error(err):
+                raise
+            self._record_failures(files, "stage_failed", describe(err))
+            self._totals.documents_done += len(files)
+            return
+
+        self._failures.extend(staged.failures)
+        self._totals.documents_failed += len(staged.failures)
+        self._totals.documents_unchanged += len(staged.unchanged)
+        self._totals.documents_done += len(staged.failures) + len(staged.unchanged)
+        if not staged.staged:
+            return
+
+        documents = DocumentsInput(tenant=tenant, documents=staged.staged)
+        try:
+            self._stage = f"{label}: embedding and indexing"
+            indexed = await call(
+                VectorIndexActivities.index_documents,
+                documents,
+                summary=f"{label}: embed + upsert {len(staged.staged)} changed document(s)",
+            )
+            self._stage = f"{label}: committing"
+            committed = await call(
+                DocumentActivities.commit_batch,
+                documents,
+                summary=f"{label}: switch {len(staged.staged)} document(s) to their new version",
+            )
+        except ActivityError as err:
+            if is_permanent_config_error(err):
+                raise
+            await self._discard(documents, label)
+            self._record_failures([d.source for d in staged.staged], "index_failed", describe(err))
+            self._totals.documents_done += len(staged.staged)
+            return
+
+        self._totals.passages_embedded += indexed.passages_embedded
+        self._totals.chunks_indexed += committed.chunks_active
+        self._totals.documents_ingested += len(committed.committed)
+        self._totals.documents_done += len(staged.staged)
+        lost = {d.document_id for d in staged.staged} - {d.document_id for d in committed.committed}
+        if lost:
+            self._record_failures(
+                [d.source for d in staged.staged if d.document_id in lost],
+                "superseded",
+                "a concurrent ingest committed a newer version of this document first",
+            )
+
+        replaced = [d for d in committed.committed if d.version > 1]
+        if replaced:
+            self._stage = f"{label}: purging superseded points"
+            try:
+                await call(
+                    VectorIndexActivities.purge_superseded,
+                    DocumentsInput(tenant=tenant, documents=replaced),
+                    summary=f"{label}: drop old versions of {len(replaced)} document(s) from the index",
+                )
+            except ActivityError as err:
+                self._degradations.append(f"{label}: purge skipped ({describe(err)})")
+
+    async def _discard(self, documents: DocumentsInput, label: str) -> None:
+        try:
+            await call(
+                DocumentActivities.discard_pending,
+                documents,
+                summary=f"{label}: discard staged versions that could not be indexed",
+            )
+        except ActivityError as err:
+            self._degradations.append(f"{label}: discard skipped ({describe(err)})")
+
+    def _record_failures(self, sources: list[str], kind: str, message: str) -> None:
+        self._failures.extend(
+            DocumentFailure(source=s, kind=kind, message=message) for s in sources
+        )
+        self._totals.documents_failed += len(sources)

@@ -15,6 +15,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_rag import ids
+from durable_rag.client import ingest_workflow_id
 from tests.conftest import CORPUS, ROOT, Database, Stack, running_stack
 
 pytestmark = pytest.mark.integration
@@ -158,8 +159,9 @@ async def test_ingest_corpus_is_complete_idempotent_and_versioned(
     assert all(old_sentence not in p.text for p in found.passages)
     assert all(p.version == 2 for p in found.passages if p.document_id == doc_id)
 
-    handle = await rag.start_ingest(rag.ingest_request([str(corpus)], "acme"))
-    await save_history(stack.client, handle.id, "ingest")
+    # The run that replaced a document: stage, index, commit and purge.
+    workflow_id = ingest_workflow_id(rag.ingest_request([str(corpus)], "acme"))
+    await save_history(stack.client, workflow_id, "ingest-changed-document")
 
 
 async def test_bad_documents_get_specific_errors_and_the_rest_is_ingested(

@@ -1,0 +1,37 @@
+"""Every workflow replays its recorded histories: a code change that breaks determinism fails here.
+
+Histories live in tests/workflows/histories/ and are recorded by running the integration tests with
+DURABLE_RAG_RECORD_HISTORIES=1 (see README, "Changing a workflow").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workers.orchestrator import WORKFLOWS
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+def workflow_type(history: dict) -> str:  # type: ignore[type-arg]
+    first = history["events"][0]
+    return first["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]
+
+
+def test_every_workflow_has_a_recorded_history() -> None:
+    recorded = {workflow_type(json.loads(p.read_text())) for p in HISTORIES}
+    registered = {w.__name__ for w in WORKFLOWS}
+    assert registered <= recorded, f"no recorded history for {registered - recorded}"
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)

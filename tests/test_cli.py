@@ -1,0 +1,43 @@
+"""The command line: bad input exits 2 with a message and starts nothing."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from durable_rag.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ingest", "/definitely/not/here"], "no such file or directory"),
+        (["search", ""], "query"),
+        (["search", "x" * 5000], "query"),
+        (["search", "hello", "--top-k", "0"], "top_k"),
+        (["search", "hello", "--tenant", "bad tenant"], "tenant"),
+        (["worker", "gpu-thing"], "unknown worker kind"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_invalid_settings_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DURABLE_RAG_CHUNK_TOKENS", "5")
+    result = runner.invoke(app, ["search", "hello"])
+    assert result.exit_code == 2
+    assert "chunk_tokens" in result.output
+
+
+def test_unreachable_temporal_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_rag.stack import free_port
+
+    monkeypatch.setenv("DURABLE_RAG_TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")
+    result = runner.invoke(app, ["search", "hello"])
+    assert result.exit_code == 1
+    assert "durable-rag up" in result.output

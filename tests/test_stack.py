@@ -1,0 +1,125 @@
+"""The embedded stack launcher: real servers, real PIDs, clear errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from durable_rag.settings import Settings
+from durable_rag.stack import EmbeddedStack, StackError, TemporalDevServer, free_port, pid_alive
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def stack_settings(data_dir: Path, **extra: object) -> Settings:
+    return Settings(
+        data_dir=data_dir,
+        temporal_address=f"127.0.0.1:{free_port()}",
+        temporal_ui_port=free_port(),
+        temporal_metrics_port=free_port(),
+        postgres_port=free_port(),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[EmbeddedStack]:
+    s = EmbeddedStack(stack_settings(tmp_path / "data"))
+    yield s
+    s.down(echo=lambda _: None)
+
+
+def test_up_is_idempotent_and_down_stops_everything_by_pid(stack: EmbeddedStack) -> None:
+    lines: list[str] = []
+    stack.up(workers=False, echo=lines.append)
+    assert any(line.startswith("started  Temporal") for line in lines)
+    assert any(line.startswith("started  Postgres") for line in lines)
+    assert any("Temporal UI:" in line and "/namespaces/default/workflows" in line for line in lines)
+    assert stack.temporal.healthy() and stack.postgres.healthy()
+    assert (stack.data_dir / "temporal.db").exists()
+    pids = (stack.temporal.process.pid(), stack.postgres.pid())
+
+    lines.clear()
+    stack.up(workers=False, echo=lines.append)
+    assert any(line.startswith("running  Temporal") for line in lines)
+    assert any(line.startswith("running  Postgres") for line in lines)
+    assert (stack.temporal.process.pid(), stack.postgres.pid()) == pids
+
+    status = {p.name: p.running for p in stack.status()}
+    assert status["temporal"] and status["postgres"]
+
+    stack.down(echo=lambda _: None)
+    assert not any(pid_alive(pid) for pid in pids)
+    status = {p.name: p.running for p in stack.status()}
+    assert not any(status.values())
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    settings = stack_settings(tmp_path / "data")
+    taken = int(settings.temporal_address.rsplit(":", 1)[1])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", taken))
+        sock.listen()
+        with pytest.raises(StackError, match=f"port {taken} is taken"):
+            EmbeddedStack(settings).up(workers=False, echo=lambda _: None)
+
+
+def test_a_part_that_will_not_start_fails_with_its_log(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "temporal.db").mkdir(parents=True)  # a folder where the SQLite file should be
+    server = TemporalDevServer(data, free_port(), None, free_port())
+    with pytest.raises(StackError, match="Temporal dev server exited while starting"):
+        server.start(timeout=30)
+
+
+def test_production_profile_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StackError, match="docker-compose"):
+        EmbeddedStack(Settings(profile="production", database_url="postgresql://x/y"))
+
+
+@pytest.mark.slow
+def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
+    """The demo path through the real command line, workers included."""
+    settings = stack_settings(tmp_path / "data")
+    env = dict(os.environ)
+    env.update(
+        {
+            "DURABLE_RAG_DATA_DIR": str(settings.data_dir),
+            "DURABLE_RAG_TEMPORAL_ADDRESS": settings.temporal_address,
+            "DURABLE_RAG_TEMPORAL_UI_PORT": str(settings.temporal_ui_port),
+            "DURABLE_RAG_TEMPORAL_METRICS_PORT": str(settings.temporal_metrics_port),
+            "DURABLE_RAG_POSTGRES_PORT": str(settings.postgres_port),
+        }
+    )
+    cli = [sys.executable, "-m", "durable_rag.cli"]
+
+    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cli, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        )
+
+    try:
+        up = run("up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "started  index worker" in up.stdout
+        assert run("status").returncode == 0
+        docs = ROOT / "corpus" / "literature"
+        ingest = run("ingest", str(docs))
+        assert ingest.returncode == 0, ingest.stdout + ingest.stderr
+        assert "0 failed" in ingest.stdout
+        search = run("search", "The tortoise beat the hare in a race", "-k", "2")
+        assert search.returncode == 0, search.stdout + search.stderr
+        assert "tortoise-and-the-hare" in search.stdout
+        assert "score" in search.stdout and "timings:" in search.stdout
+    finally:
+        down = run("down")
+    assert down.returncode == 0, down.stderr
+    assert "stopped  index worker" in down.stdout
+    assert run("status").returncode == 1

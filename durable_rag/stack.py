@@ -202,7 +202,11 @@ class TemporalDevServer:
         ]  # fmt: skip
         argv += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
         self.process.spawn(argv)
-        self.wait_healthy(timeout)
+        try:
+            self.wait_healthy(timeout)
+        except BaseException:
+            self.process.stop(timeout=5)  # never leave a half-started server behind
+            raise
         return True
 
     def wait_healthy(self, timeout: float) -> None:

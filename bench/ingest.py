@@ -1,0 +1,167 @@
+"""Ingest throughput: IngestWorkflow against the same steps in a plain loop, in one run.
+
+    .venv/bin/python bench/ingest.py [--copies N] [--batch-documents B]
+
+Both sides parse, chunk (MiniLM tokenizer, 512-token budget), embed with the same loaded MiniLM
+model and upsert into a fresh Qdrant Edge index. The workflow side also stages and commits every
+document in Postgres and runs each step as a Temporal activity (dev server, SQLite persistence):
+that is the price of durability being measured. Services are started by the benchmark on free
+ports and stopped at the end. Prints a table and the ratio workflow / plain loop (target >= 0.85).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+from activities.vector_index import embedding_text  # noqa: E402
+from durable_rag import ids, parsing, policies  # noqa: E402
+from durable_rag.chunking import chunk_document  # noqa: E402
+from durable_rag.client import RagClient  # noqa: E402
+from durable_rag.db import make_sessionmaker  # noqa: E402
+from durable_rag.embedding import Embedder, load_embedder  # noqa: E402
+from durable_rag.index import IndexPoint, open_index  # noqa: E402
+from durable_rag.settings import PACKAGED_MINILM, Settings  # noqa: E402
+from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate  # noqa: E402
+from workers import index as index_worker  # noqa: E402
+from workers import orchestrator  # noqa: E402
+from workers.common import connect  # noqa: E402
+
+
+def make_corpus(target: Path, copies: int) -> list[Path]:
+    for n in range(copies):
+        shutil.copytree(ROOT / "corpus", target / f"copy-{n}")
+        for name in ("README.md", "ARCHITECTURE.md"):
+            shutil.copy(ROOT / name, target / f"copy-{n}" / name)
+    return sorted(p for p in target.rglob("*") if p.is_file())
+
+
+def plain_loop(files: list[Path], settings: Settings, embedder: Embedder) -> tuple[int, float]:
+    """The same parse/chunk/embed/upsert steps, one document after another, no durability."""
+    index = open_index(settings, embedder.dimension)
+    started = time.perf_counter()
+    chunks = 0
+    batch: list[tuple[uuid.UUID, str, str, str]] = []
+
+    def flush() -> None:
+        vectors = embedder.embed_passages([embedding_text(h, t) for _, h, t, _ in batch])
+        index.upsert(
+            [
+                IndexPoint(id=i, vector=v, payload={"tenant": "bench", "text": t, "source": s})
+                for (i, _, t, s), v in zip(batch, vectors, strict=True)
+            ]
+        )
+        batch.clear()
+
+    for path in files:
+        data = parsing.read_source(path, settings.max_document_bytes)
+        doc = parsing.parse(data, parsing.content_type_for(str(path)), path.stem)
+        drafts = chunk_document(
+            doc, embedder.tokenizer, settings.chunk_tokens, settings.chunk_overlap
+        )
+        doc_id = ids.document_id("bench", str(path))
+        for d in drafts:
+            batch.append((ids.chunk_id(doc_id, 1, d.ordinal), d.heading_path, d.text, str(path)))
+            if len(batch) >= settings.embedding_batch_size:
+                flush()
+        chunks += len(drafts)
+    if batch:
+        flush()
+    elapsed = time.perf_counter() - started
+    assert index.count() == chunks
+    index.close()
+    return chunks, elapsed
+
+
+async def workflow_run(
+    files_root: Path, settings: Settings, embedder: Embedder, temporal: TemporalDevServer
+) -> tuple[int, float]:
+    client = await connect(settings)
+    sessions = make_sessionmaker(settings.sqlalchemy_url)
+    policies.configure(settings)
+    index = open_index(settings, embedder.dimension)
+    with ThreadPoolExecutor(8) as executor:
+        workers = [
+            orchestrator.build_worker(client, settings, sessions, embedder.tokenizer, executor),
+            index_worker.build_worker(client, settings, index, embedder, sessions, executor),
+        ]
+        async with workers[0], workers[1]:
+            rag = RagClient(client, settings)
+            started = time.perf_counter()
+            result = await rag.ingest([str(files_root)], tenant="bench")
+            elapsed = time.perf_counter() - started
+    assert not result.failures, result.failures
+    assert index.count("bench") == result.totals.chunks_indexed
+    index.close()
+    return result.totals.chunks_indexed, elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=1, help="copies of the bundled corpus")
+    parser.add_argument("--batch-documents", type=int, default=8)
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    files = make_corpus(work / "corpus", args.copies)
+    pg = EmbeddedPostgres(work / "pg", free_port())
+    temporal = TemporalDevServer(work / "temporal", free_port(), None, free_port())
+    try:
+        pg.start()
+        pg.ensure_database("bench")
+        temporal.start()
+        base = {
+            "database_url": pg.url("bench"),
+            "temporal_address": temporal.address,
+            "workflow_task_queue": f"bench-wf-{uuid.uuid4().hex[:6]}",
+            "index_task_queue": f"bench-ix-{uuid.uuid4().hex[:6]}",
+            "ingest_batch_documents": args.batch_documents,
+        }
+        migrate(base["database_url"])  # type: ignore[arg-type]
+        embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, Settings().embedding_batch_size)
+        embedder.embed_passages(["warm up the model"] * 8)
+
+        plain_settings = Settings(data_dir=work / "plain", **base)  # type: ignore[arg-type]
+        plain_chunks, plain_s = plain_loop(files, plain_settings, embedder)
+        wf_settings = Settings(data_dir=work / "wf", **base)  # type: ignore[arg-type]
+        wf_chunks, wf_s = asyncio.run(
+            workflow_run(work / "corpus", wf_settings, embedder, temporal)
+        )
+    finally:
+        temporal.stop()
+        pg.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    plain_rate, wf_rate = plain_chunks / plain_s, wf_chunks / wf_s
+    print(
+        f"\nIngest benchmark: {len(files)} documents, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}"
+    )
+    print(f"{'mode':<34} {'documents':>9} {'chunks':>7} {'seconds':>8} {'chunks/s':>9}")
+    print(
+        f"{'plain loop (parse,chunk,embed,upsert)':<34} {len(files):>9} {plain_chunks:>7} {plain_s:>8.1f} {plain_rate:>9.2f}"
+    )
+    print(
+        f"{'IngestWorkflow (durable)':<34} {len(files):>9} {wf_chunks:>7} {wf_s:>8.1f} {wf_rate:>9.2f}"
+    )
+    ratio = wf_rate / plain_rate
+    print(
+        f"\nratio workflow / plain loop: {ratio:.2f}  (target >= 0.85: {'met' if ratio >= 0.85 else 'NOT met'})"
+    )
+
+
+if __name__ == "__main__":
+    main()

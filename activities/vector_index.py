@@ -62,7 +62,7 @@ class VectorIndexActivities:
         details = activity.info().heartbeat_details
         done = int(details[0]) if details else 0
         embedded = 0
-        step = self.embedder.batch_size
+        step = self.embedder.passages_per_call
         now = datetime.now(UTC).isoformat()
         for start in range(done, len(rows), step):
             window = rows[start : start + step]

@@ -23,6 +23,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -31,10 +34,11 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 from activities.vector_index import embedding_text  # noqa: E402
 from durable_rag import ids, parsing, policies  # noqa: E402
 from durable_rag.chunking import chunk_document  # noqa: E402
-from durable_rag.client import RagClient  # noqa: E402
+from durable_rag.client import RagClient, ingest_workflow_id  # noqa: E402
 from durable_rag.db import make_sessionmaker  # noqa: E402
 from durable_rag.embedding import Embedder, load_embedder  # noqa: E402
 from durable_rag.index import IndexPoint, open_index  # noqa: E402
+from durable_rag.metrics import STEP_SECONDS  # noqa: E402
 from durable_rag.settings import PACKAGED_MINILM, Settings  # noqa: E402
 from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate  # noqa: E402
 from workers import index as index_worker  # noqa: E402
@@ -55,10 +59,14 @@ def plain_loop(files: list[Path], settings: Settings, embedder: Embedder) -> tup
     index = open_index(settings, embedder.dimension)
     started = time.perf_counter()
     chunks = 0
+    embed_s = 0.0
     batch: list[tuple[uuid.UUID, str, str, str]] = []
 
     def flush() -> None:
+        nonlocal embed_s
+        began = time.perf_counter()
         vectors = embedder.embed_passages([embedding_text(h, t) for _, h, t, _ in batch])
+        embed_s += time.perf_counter() - began
         index.upsert(
             [
                 IndexPoint(id=i, vector=v, payload={"tenant": "bench", "text": t, "source": s})
@@ -76,7 +84,7 @@ def plain_loop(files: list[Path], settings: Settings, embedder: Embedder) -> tup
         doc_id = ids.document_id("bench", str(path))
         for d in drafts:
             batch.append((ids.chunk_id(doc_id, 1, d.ordinal), d.heading_path, d.text, str(path)))
-            if len(batch) >= settings.embedding_batch_size:
+            if len(batch) >= embedder.passages_per_call:
                 flush()
         chunks += len(drafts)
     if batch:
@@ -84,6 +92,7 @@ def plain_loop(files: list[Path], settings: Settings, embedder: Embedder) -> tup
     elapsed = time.perf_counter() - started
     assert index.count() == chunks
     index.close()
+    print(f"plain loop: {embed_s:.1f} s of {elapsed:.1f} s in the embedding model")
     return chunks, elapsed
 
 
@@ -104,10 +113,42 @@ async def workflow_run(
             started = time.perf_counter()
             result = await rag.ingest([str(files_root)], tenant="bench")
             elapsed = time.perf_counter() - started
+            request = rag.ingest_request([str(files_root)], "bench")
+            await print_breakdown(client, ingest_workflow_id(request))
+    embed_s = sum(
+        sample.value
+        for metric in STEP_SECONDS.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_sum") and sample.labels.get("step") == "embed"
+    )
+    print(f"workflow: {embed_s:.1f} s of {elapsed:.1f} s in the embedding model")
     assert not result.failures, result.failures
     assert index.count("bench") == result.totals.chunks_indexed
     index.close()
     return result.totals.chunks_indexed, elapsed
+
+
+async def print_breakdown(client: Client, workflow_id: str) -> None:
+    """Where the workflow's time went, from its history: time in each activity type."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    scheduled: dict[int, tuple[str, float]] = {}
+    busy: dict[str, float] = {}
+    first = last = None
+    for event in history.events:
+        at = event.event_time.ToDatetime().timestamp()
+        first = first if first is not None else at
+        last = at
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            scheduled[event.event_id] = (name, at)
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            name, began = scheduled[
+                event.activity_task_completed_event_attributes.scheduled_event_id
+            ]
+            busy[name] = busy.get(name, 0.0) + at - began
+    print(f"\nworkflow breakdown (scheduled -> completed, summed; run {last - first:.1f} s):")  # type: ignore[operator]
+    for name, seconds in sorted(busy.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<20} {seconds:8.1f} s")
 
 
 def main() -> None:
@@ -131,13 +172,13 @@ def main() -> None:
             "index_task_queue": f"bench-ix-{uuid.uuid4().hex[:6]}",
             "ingest_batch_documents": args.batch_documents,
         }
-        migrate(base["database_url"])  # type: ignore[arg-type]
+        migrate(base["database_url"])
         embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, Settings().embedding_batch_size)
         embedder.embed_passages(["warm up the model"] * 8)
 
-        plain_settings = Settings(data_dir=work / "plain", **base)  # type: ignore[arg-type]
+        plain_settings = Settings(data_dir=work / "plain", **base)
         plain_chunks, plain_s = plain_loop(files, plain_settings, embedder)
-        wf_settings = Settings(data_dir=work / "wf", **base)  # type: ignore[arg-type]
+        wf_settings = Settings(data_dir=work / "wf", **base)
         wf_chunks, wf_s = asyncio.run(
             workflow_run(work / "corpus", wf_settings, embedder, temporal)
         )

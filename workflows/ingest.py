@@ -5,10 +5,14 @@ Plan the batches once (discover), then per batch, in order:
   -> index (embed + upsert the pending chunks; heartbeats, resumes mid-batch)
   -> commit (one transaction makes the new versions active and drops the old rows)
   -> purge (drop superseded points from the index).
-A crash anywhere resumes at the batch that was running. Continue-as-new keeps history bounded.
+Staging of batch N+1 runs while batch N is embedded (a pipeline of two), so the ingest runs at
+the embedder's pace. A crash anywhere resumes at the batch that was running. Continue-as-new
+keeps history bounded.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -26,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         IngestTotals,
         IngestWorkflowInput,
         StageBatchInput,
+        StageBatchOutput,
     )
     from workflows.calls import call, describe, is_permanent_config_error
 
@@ -71,26 +76,43 @@ class IngestWorkflow:
 
         size = request.batch_documents
         batches = [files[i : i + size] for i in range(0, len(files), size)]
-        for number in range(first_batch, len(batches)):
-            if number - first_batch >= request.batches_per_run or (
-                number > first_batch and workflow.info().is_continue_as_new_suggested()
-            ):
-                self._stage = "continuing as new"
-                workflow.continue_as_new(
-                    IngestWorkflowInput(
-                        request=request,
-                        carry=IngestCarry(
-                            files=files,
-                            next_batch=number,
-                            totals=self._totals,
-                            failures=self._failures,
-                            degradations=self._degradations,
-                        ),
+        last = min(len(batches), first_batch + request.batches_per_run)
+        prefetched: asyncio.Task[StageBatchOutput | None] | None = None
+        for number in range(first_batch, last):
+            staging = prefetched or asyncio.ensure_future(
+                self._stage_batch(request.tenant, number, len(batches), batches[number])
+            )
+            staged = await staging
+            prefetched = None
+            if number + 1 < last:
+                if workflow.info().is_continue_as_new_suggested():
+                    last = number + 1
+                else:
+                    # Stage the next batch (orchestrator: parse, chunk, Postgres) while this one is
+                    # embedded (index worker): the ingest runs at the embedder's pace.
+                    prefetched = asyncio.ensure_future(
+                        self._stage_batch(
+                            request.tenant, number + 1, len(batches), batches[number + 1]
+                        )
                     )
-                )
-            await self._ingest_batch(request.tenant, number, len(batches), batches[number])
+            if staged is not None and staged.staged:
+                await self._index_batch(request.tenant, number, len(batches), staged)
             self._totals.batches_done += 1
 
+        if last < len(batches):
+            self._stage = "continuing as new"
+            workflow.continue_as_new(
+                IngestWorkflowInput(
+                    request=request,
+                    carry=IngestCarry(
+                        files=files,
+                        next_batch=last,
+                        totals=self._totals,
+                        failures=self._failures,
+                        degradations=self._degradations,
+                    ),
+                )
+            )
         self._stage = "done"
         return IngestResult(
             tenant=request.tenant,
@@ -99,9 +121,10 @@ class IngestWorkflow:
             degradations=self._degradations,
         )
 
-    async def _ingest_batch(self, tenant: str, number: int, count: int, files: list[str]) -> None:
+    async def _stage_batch(
+        self, tenant: str, number: int, count: int, files: list[str]
+    ) -> StageBatchOutput | None:
         label = f"batch {number + 1}/{count}"
-        self._stage = f"{label}: staging"
         try:
             staged = await call(
                 DocumentActivities.stage_batch,
@@ -113,15 +136,17 @@ class IngestWorkflow:
                 raise
             self._record_failures(files, "stage_failed", describe(err))
             self._totals.documents_done += len(files)
-            return
-
+            return None
         self._failures.extend(staged.failures)
         self._totals.documents_failed += len(staged.failures)
         self._totals.documents_unchanged += len(staged.unchanged)
         self._totals.documents_done += len(staged.failures) + len(staged.unchanged)
-        if not staged.staged:
-            return
+        return staged
 
+    async def _index_batch(
+        self, tenant: str, number: int, count: int, staged: StageBatchOutput
+    ) -> None:
+        label = f"batch {number + 1}/{count}"
         documents = DocumentsInput(tenant=tenant, documents=staged.staged)
         try:
             self._stage = f"{label}: embedding and indexing"

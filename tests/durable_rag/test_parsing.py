@@ -115,3 +115,38 @@ def test_deeply_nested_html_is_refused() -> None:
     with pytest.raises(DocumentError) as info:
         parsing.parse(html, "html", "f")
     assert info.value.kind == parsing.PARSE_ERROR
+
+
+def minimal_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF with real text, written by hand (no PDF writer ships text support)."""
+    text = " ".join(f"({line}) Tj 0 -16 Td" for line in lines)
+    stream = f"BT /F1 12 Tf 72 720 Td {text} ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return bytes(out)
+
+
+def test_pdf_text_is_extracted_under_page_headings() -> None:
+    data = minimal_pdf(["Sea otters hold hands while they sleep.", "They use rocks as tools."])
+    doc = parsing.parse(data, "pdf", "otters")
+    assert doc.title == "otters"
+    assert "Sea otters hold hands" in doc.text
+    assert all(b.heading_path == ("page 1",) for b in doc.blocks)

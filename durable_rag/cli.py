@@ -46,12 +46,13 @@ def _ui_link(settings: Settings, workflow_id: str) -> str:
 @app.command()
 def up(
     no_workers: Annotated[bool, typer.Option("--no-workers", help="Start servers only.")] = False,
+    no_llm: Annotated[bool, typer.Option("--no-llm", help="Skip the LLM worker.")] = False,
 ) -> None:
     """Start the embedded stack (Temporal dev server, Postgres, workers); idempotent."""
     from durable_rag.stack import EmbeddedStack, StackError
 
     try:
-        EmbeddedStack(_settings()).up(workers=not no_workers, echo=console.print)
+        EmbeddedStack(_settings()).up(workers=not no_workers, llm=not no_llm, echo=console.print)
     except StackError as exc:
         _fail(str(exc))
 
@@ -89,7 +90,7 @@ def status() -> None:
 
 @app.command()
 def worker(
-    kind: Annotated[str, typer.Argument(help="orchestrator | index")],
+    kind: Annotated[str, typer.Argument(help="orchestrator | index | llm")],
 ) -> None:
     """Run one worker in the foreground (what `up` and docker-compose start)."""
     settings = _settings()
@@ -97,8 +98,10 @@ def worker(
         from workers.orchestrator import main
     elif kind == "index":
         from workers.index import main
+    elif kind == "llm":
+        from workers.llm import main
     else:
-        _usage_error(f"unknown worker kind {kind!r}; choose orchestrator or index")
+        _usage_error(f"unknown worker kind {kind!r}; choose orchestrator, index or llm")
     asyncio.run(main(settings))
 
 
@@ -206,6 +209,71 @@ def search(
         console.print(f"\ntimings: {steps}\nrun: {_ui_link(settings, response.trace_id)}")
 
     asyncio.run(run())
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Passages in the prompt (1-20).")] = 5,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Answer length bound.")] = 256,
+) -> None:
+    """Answer a question from the ingested documents, with citations."""
+    import uuid
+
+    from schemas.answer import AskRequest
+
+    settings = _settings()
+    try:
+        request = AskRequest(
+            tenant=tenant or settings.default_tenant,
+            question=question,
+            top_k=top_k,
+            max_answer_tokens=max_tokens,
+        )
+    except ValidationError as exc:
+        _usage_error(_first_error(exc))
+
+    async def run() -> None:
+        from temporalio.client import WorkflowFailureError
+
+        rag = await _connect(settings)
+        trace = uuid.uuid4().hex[:16]
+        try:
+            answer = await rag.ask(request, trace_id=trace)
+        except ValueError as exc:
+            _usage_error(str(exc))
+        except WorkflowFailureError as exc:
+            _usage_error(_root_cause(exc))
+        console.print(f"[bold]{question}[/bold]\n\n{answer.answer}\n")
+        for c in answer.citations:
+            console.print(
+                f"  [{c.number}] {c.title} › {c.heading_path}\n      {c.source}:{c.char_start}-{c.char_end}"
+            )
+        if not answer.citations:
+            console.print("  (no citations)")
+        console.print(
+            f"\nmodel {answer.model or '-'} via {answer.route}; retrieval {answer.retrieval}; "
+            f"tokens {answer.tokens.prompt} in, {answer.tokens.completion} out"
+        )
+        for note in answer.degradations:
+            console.print(f"  [yellow]degraded[/yellow] {note}")
+        steps = ", ".join(f"{k} {v:.0f} ms" for k, v in answer.timings_ms.items())
+        console.print(f"timings: {steps}\nrun: {_ui_link(settings, answer.trace_id)}")
+
+    asyncio.run(run())
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost failure of a workflow error, as `Type: message`."""
+    from temporalio.exceptions import ApplicationError, FailureError
+
+    cause: BaseException = exc
+    while isinstance(cause, FailureError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, ApplicationError):
+        return f"{cause.type}: {cause.message}"
+    return str(cause)
 
 
 def _first_error(exc: ValidationError) -> str:

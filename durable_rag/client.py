@@ -19,11 +19,16 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from durable_rag import ids
 from durable_rag.settings import Settings
+from schemas.answer import Answer, AnswerPlan, AnswerWorkflowInput, AskRequest
 from schemas.ingest import IngestProgress, IngestRequest, IngestResult, IngestWorkflowInput
 from schemas.search import SearchRequest, SearchResponse
 from workers.common import connect
+from workflows.answer import AnswerWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.search import SearchWorkflow
+
+# Tokens of the system prompt, the passage numbering and the chat template around the passages.
+PROMPT_OVERHEAD_TOKENS = 200
 
 
 def ingest_workflow_id(request: IngestRequest) -> str:
@@ -93,3 +98,42 @@ class RagClient:
             task_queue=self.settings.workflow_task_queue,
             static_summary=f"search: {query[:80]}",
         )
+
+    def answer_plan(self, request: AskRequest) -> AnswerPlan:
+        s = self.settings
+        if request.max_answer_tokens > s.llm_max_answer_tokens:
+            raise ValueError(
+                f"max_answer_tokens {request.max_answer_tokens} is over the limit of "
+                f"{s.llm_max_answer_tokens} (DURABLE_RAG_LLM_MAX_ANSWER_TOKENS)"
+            )
+        context = s.llm_max_model_len - request.max_answer_tokens - PROMPT_OVERHEAD_TOKENS
+        if context < 64:
+            raise ValueError(
+                f"an answer of {request.max_answer_tokens} tokens leaves no room for context in "
+                f"the model's {s.llm_max_model_len} tokens"
+            )
+        return AnswerPlan(
+            model=request.model or s.llm_name,
+            fallback_model=s.llm_fallback_model,
+            context_tokens=context,
+            candidates=s.retrieval_candidates,
+            fusion_method=s.fusion_method,
+            dense_weight=s.fusion_dense_weight,
+            keyword_weight=s.fusion_keyword_weight,
+        )
+
+    async def start_ask(
+        self, request: AskRequest, trace_id: str | None = None
+    ) -> WorkflowHandle[AnswerWorkflow, Answer]:
+        """Start an answer and return its handle (cancel it to stop generation)."""
+        return await self.client.start_workflow(
+            AnswerWorkflow.run,
+            AnswerWorkflowInput(request=request, plan=self.answer_plan(request)),
+            id=f"answer-{trace_id or uuid.uuid4().hex}",
+            task_queue=self.settings.workflow_task_queue,
+            static_summary=f"answer: {request.question[:80]}",
+        )
+
+    async def ask(self, request: AskRequest, trace_id: str | None = None) -> Answer:
+        handle = await self.start_ask(request, trace_id)
+        return await handle.result()

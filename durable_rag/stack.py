@@ -387,7 +387,7 @@ def migrate(url: str) -> None:
 
 # --- workers -----------------------------------------------------------------------------------
 
-WORKER_KINDS = ("orchestrator", "index")
+WORKER_KINDS = ("orchestrator", "index", "llm")
 
 
 def worker_process(data_dir: Path, kind: str) -> Process:
@@ -476,13 +476,20 @@ class EmbeddedStack:
         self.postgres = EmbeddedPostgres(self.data_dir / "postgres", settings.postgres_port)
 
     def queue_for(self, kind: str) -> str:
-        return (
-            self.settings.workflow_task_queue
-            if kind == "orchestrator"
-            else self.settings.index_task_queue
-        )
+        from durable_rag.policies import llm_queue
 
-    def up(self, workers: bool = True, echo: Callable[[str], object] = print) -> None:
+        return {
+            "orchestrator": self.settings.workflow_task_queue,
+            "index": self.settings.index_task_queue,
+            "llm": llm_queue(self.settings.llm_name),
+        }[kind]
+
+    def up(
+        self,
+        workers: bool = True,
+        llm: bool = True,
+        echo: Callable[[str], object] = print,
+    ) -> None:
         started = self.temporal.start()
         echo(f"{'started' if started else 'running'}  Temporal dev server  {self.temporal.address}")
         started = self.postgres.start()
@@ -495,7 +502,7 @@ class EmbeddedStack:
         if workers:
             env = dict(os.environ)
             env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
-            for kind in WORKER_KINDS:
+            for kind in WORKER_KINDS if llm else WORKER_KINDS[:2]:
                 process = worker_process(self.data_dir, kind)
                 started = not process.running()
                 if started:
@@ -505,6 +512,8 @@ class EmbeddedStack:
                     self.temporal.address,
                     self.settings.temporal_namespace,
                     self.queue_for(kind),
+                    # The LLM worker converts the packaged model once (~1 min) and loads vLLM.
+                    timeout=600 if kind == "llm" else 180,
                 )
                 echo(
                     f"{'started' if started else 'running'}  {kind} worker  pid {process.pid()}  queue {self.queue_for(kind)}"

@@ -9,6 +9,7 @@ If a service cannot start, the fixture fails loudly with the reason: no test is 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -57,6 +58,10 @@ class Database:
         with psycopg.connect(self.url.replace("postgresql+psycopg", "postgresql")) as conn:
             row = conn.execute(sql, params).fetchone()
             return row[0] if row else None
+
+    def execute(self, sql: str, *params: Any) -> None:
+        with psycopg.connect(self.url.replace("postgresql+psycopg", "postgresql")) as conn:
+            conn.execute(sql, params)
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.url.replace("postgresql+psycopg", "postgresql")) as conn:
@@ -124,6 +129,7 @@ async def running_stack(
     database: Database,
     embedder: Embedder,
     data_dir: Path,
+    with_index_worker: bool = True,
     **overrides: Any,
 ) -> AsyncIterator[Stack]:
     from workers import index as index_worker
@@ -139,12 +145,17 @@ async def running_stack(
             workers = [
                 orchestrator.build_worker(
                     client, settings, database.sessions, embedder.tokenizer, executor
-                ),
-                index_worker.build_worker(
-                    client, settings, index, embedder, database.sessions, executor
-                ),
+                )
             ]
-            async with workers[0], workers[1]:
+            if with_index_worker:
+                workers.append(
+                    index_worker.build_worker(
+                        client, settings, index, embedder, database.sessions, executor
+                    )
+                )
+            async with contextlib.AsyncExitStack() as running:
+                for worker in workers:
+                    await running.enter_async_context(worker)
                 yield Stack(settings, client, database, index, embedder)
     finally:
         index.close()

@@ -22,10 +22,11 @@ from durable_rag.embedding import load_tokenizer
 from durable_rag.logs import setup_logging
 from durable_rag.settings import Settings
 from workers.common import connect, make_runtime, run_until_signalled
+from workflows.answer import AnswerWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.search import SearchWorkflow
 
-WORKFLOWS = [IngestWorkflow, SearchWorkflow]
+WORKFLOWS = [IngestWorkflow, SearchWorkflow, AnswerWorkflow]
 log = logging.getLogger(__name__)
 
 
@@ -54,6 +55,7 @@ def build_worker(
             documents.commit_batch,
             documents.discard_pending,
             documents.hydrate_hits,
+            documents.keyword_search,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.worker_max_concurrent_activities,

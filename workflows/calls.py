@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from durable_rag import policies
@@ -15,15 +16,47 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-async def call(method: Callable[[Any, In], Out], arg: In, *, summary: str) -> Out:
-    """Run an activity method with the policy declared for it in durable_rag.policies."""
+@overload
+async def call(
+    method: Callable[[Any, In], Awaitable[Out]],
+    arg: In,
+    *,
+    summary: str,
+    task_queue: str | None = None,
+) -> Out: ...
+
+
+@overload
+async def call(
+    method: Callable[[Any, In], Out],
+    arg: In,
+    *,
+    summary: str,
+    task_queue: str | None = None,
+) -> Out: ...
+
+
+async def call(
+    method: Callable[[Any, In], Any],
+    arg: In,
+    *,
+    summary: str,
+    task_queue: str | None = None,
+) -> Any:
+    """Run an activity method with the policy declared for it in durable_rag.policies.
+
+    `task_queue` is for activities whose queue is chosen per call (an LLM model's queue).
+    """
     policy = policies.policy_for(method.__name__)
+    if task_queue is None:
+        task_queue = policies.queue_name(policy.queue)
     return await workflow.execute_activity_method(
         method,
         arg,
-        task_queue=policies.queue_name(policy.queue),
+        task_queue=task_queue,
         start_to_close_timeout=policy.start_to_close,
         schedule_to_close_timeout=policy.schedule_to_close,
+        schedule_to_start_timeout=policy.schedule_to_start,
         heartbeat_timeout=policy.heartbeat,
         retry_policy=policy.retry,
         summary=summary,
@@ -37,6 +70,19 @@ def is_permanent_config_error(err: ActivityError) -> bool:
         policies.INDEX_CONFIG,
         policies.MODEL_CONFIG,
     )
+
+
+def is_cancellation(err: BaseException) -> bool:
+    """The flow itself is being cancelled: never fall back, let the cancellation through."""
+    return isinstance(err, asyncio.CancelledError) or (
+        isinstance(err, ActivityError) and isinstance(err.cause, CancelledError)
+    )
+
+
+def is_permanent(err: ActivityError) -> bool:
+    """An error no retry or fallback can fix (bad input, misconfiguration)."""
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and (cause.type or "") in policies.PERMANENT
 
 
 def describe(err: ActivityError) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from durable_rag import policies
 from durable_rag.settings import Settings
-from workers import index, orchestrator
+from workers import index, llm, orchestrator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def activities_called_by_workflows() -> set[str]:
 
 def activities_registered_by_workers() -> set[str]:
     names: set[str] = set()
-    for module in (orchestrator, index):
+    for module in (orchestrator, index, llm):
         source = inspect.getsource(module.build_worker)
         tree = ast.parse(source.strip())
         for node in ast.walk(tree):

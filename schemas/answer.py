@@ -1,0 +1,114 @@
+"""Contracts of the answer flow."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from pydantic import Field
+
+from schemas.common import Contract, TenantId
+
+ModelName = str  # served model name: lowercase letters, digits, . _ -
+
+
+class AskRequest(Contract):
+    """A question from a caller. Every field is bounded (R4)."""
+
+    tenant: TenantId = "default"
+    question: str = Field(min_length=1, max_length=8_000)
+    conversation_id: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$"
+    )
+    document_ids: list[uuid.UUID] = Field(
+        default_factory=list, max_length=100, description="Only search these documents."
+    )
+    top_k: int = Field(
+        default=5, ge=1, le=20, description="Passages placed in the prompt, at most."
+    )
+    max_answer_tokens: int = Field(default=256, ge=1, le=4_096)
+    model: str | None = Field(
+        default=None, pattern=r"^[a-z0-9._-]{1,64}$", description="Preferred model (served name)."
+    )
+
+
+class AnswerPlan(Contract):
+    """What the caller's settings decide for one answer; the workflow reads no settings."""
+
+    model: ModelName
+    fallback_model: ModelName = ""
+    llm_queue_prefix: str = "llm-"
+    context_tokens: int = Field(ge=64, le=1_048_576, description="Budget for the passages.")
+    candidates: int = Field(default=20, ge=1, le=200)
+    fusion_method: Literal["zscore", "rrf"] = "zscore"
+    dense_weight: float = Field(default=0.7, ge=0, le=1)
+    keyword_weight: float = Field(default=0.3, ge=0, le=1)
+
+
+class AnswerWorkflowInput(Contract):
+    request: AskRequest
+    plan: AnswerPlan
+
+
+class Citation(Contract):
+    number: int = Field(description="The passage's number in the prompt, as in [n].")
+    chunk_id: uuid.UUID
+    document_id: uuid.UUID
+    source: str
+    title: str
+    heading_path: str
+    char_start: int
+    char_end: int
+
+
+class TokenCounts(Contract):
+    prompt: int = 0
+    completion: int = 0
+
+
+class Answer(Contract):
+    trace_id: str
+    question: str
+    query: str = Field(description="The rewritten query used for retrieval.")
+    answer: str
+    citations: list[Citation]
+    citation_method: Literal["markers", "overlap", "none"]
+    model: str
+    route: Literal["primary", "fallback_model", "default_reply"] = Field(
+        description="Which generation path answered (R9)."
+    )
+    retrieval: Literal["hybrid", "vector_only", "keyword_only", "none"]
+    degradations: list[str]
+    timings_ms: dict[str, float]
+    tokens: TokenCounts
+
+
+# --- activity contracts -----------------------------------------------------------------------
+
+
+class KeywordSearchInput(Contract):
+    tenant: TenantId
+    query: str = Field(min_length=1, max_length=8_000)
+    limit: int = Field(ge=1, le=1_000)
+    document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=1_000)
+
+
+class ChatMessage(Contract):
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(max_length=1_000_000)
+
+
+class GenerateInput(Contract):
+    trace_id: str = Field(max_length=256)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=200)
+    max_tokens: int = Field(ge=1, le=16_384)
+
+
+class GenerateOutput(Contract):
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    seconds: float
+    first_token_seconds: float

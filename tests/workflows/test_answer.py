@@ -1,0 +1,291 @@
+"""AnswerWorkflow end to end: real Temporal, Postgres, Qdrant Edge, MiniLM and vLLM (CPU) SmolLM2.
+
+Acceptance checks 1-5 and 7 of the answer issue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from durable_rag import policies
+from durable_rag.client import RagClient
+from durable_rag.db import make_sessionmaker
+from durable_rag.embedding import Embedder
+from durable_rag.llm.engine import EngineConfig, VllmEngine
+from durable_rag.llm.models import PACKAGED_SMOLLM2, resolve_generator
+from durable_rag.settings import Settings
+from durable_rag.stack import EmbeddedPostgres, migrate
+from schemas.answer import Answer, AskRequest
+from tests.conftest import CORPUS, Database, Stack, running_stack
+from tests.workflows.test_ingest import save_history
+from workers import llm as llm_worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DOCUMENTS = [
+    "technology/unicode-and-utf-8.md",
+    "history/great-fire-of-london.md",
+    "science/photosynthesis.md",
+    "technology/vector-search-and-hnsw.md",
+    "history/lighthouses.md",
+    "science/tides.txt",
+]
+QUESTION = "Who designed the UTF-8 encoding?"
+EXPECTED = "unicode-and-utf-8.md"
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
+    settings = Settings()
+    model = resolve_generator(PACKAGED_SMOLLM2, settings.data_dir.resolve())
+    engine = VllmEngine(
+        EngineConfig(
+            model=model,
+            served_name=settings.llm_name,
+            max_model_len=settings.llm_max_model_len,
+            max_num_seqs=4,
+            gpu_memory_utilization=settings.llm_gpu_memory_utilization,
+            tensor_parallel_size=1,
+            dtype="float32",
+            enforce_eager=True,
+        )
+    )
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def module_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
+    name = f"a_{uuid.uuid4().hex[:12]}"
+    pg_server.ensure_database(name)
+    url = pg_server.url(name)
+    migrate(url)
+    db = Database(url, name, make_sessionmaker(url))
+    yield db
+    db.sessions.kw["bind"].dispose()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("answer-corpus")
+    for relative in DOCUMENTS:
+        shutil.copy(CORPUS / relative, folder / Path(relative).name)
+    return folder
+
+
+@asynccontextmanager
+async def answering(
+    client: Client,
+    database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    data_dir: Path,
+    llm_queue_name: str | None = None,
+    **overrides: object,
+) -> AsyncIterator[tuple[Stack, RagClient, str]]:
+    """The stack plus an LLM worker on the session's engine, under a uuid model name."""
+    model = llm_queue_name or f"smol-{uuid.uuid4().hex[:8]}"
+    async with running_stack(client, database, embedder, data_dir, **overrides) as stack:
+        worker = llm_worker.build_worker(
+            client, stack.settings, engine, task_queue=policies.llm_queue(model)
+        )
+        async with worker:
+            settings = stack.settings.model_copy(update={"llm_served_name": model})
+            yield stack, RagClient(client, settings), model
+
+
+@pytest.fixture(scope="module")
+async def ingested(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    corpus: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    data_dir = tmp_path_factory.mktemp("answer-data")
+    async with running_stack(client, module_database, embedder, data_dir) as stack:
+        rag = await stack.rag()
+        result = await rag.ingest([str(corpus)], tenant="t")
+        assert result.failures == [] and result.totals.documents_ingested == len(DOCUMENTS)
+    return data_dir
+
+
+def cited_files(answer: Answer) -> set[str]:
+    return {Path(c.source).name for c in answer.citations}
+
+
+async def test_answer_cites_the_document_it_comes_from(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    async with answering(client, module_database, embedder, engine, ingested) as (
+        _stack,
+        rag,
+        model,
+    ):
+        answer = await rag.ask(AskRequest(tenant="t", question=QUESTION, max_answer_tokens=64))
+        await save_history(client, answer.trace_id, "answer")
+    assert answer.route == "primary" and answer.model == model
+    assert answer.retrieval == "hybrid" and answer.degradations == []
+    assert answer.answer
+    assert EXPECTED in cited_files(answer), answer
+    assert answer.tokens.prompt > 0 and answer.tokens.completion > 0
+    assert set(answer.timings_ms) >= {"retrieve", "fuse", "hydrate", "assemble", "generate"}
+    assert answer.trace_id.startswith("answer-")
+
+
+async def test_vector_index_down_keyword_search_answers(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    async with answering(
+        client,
+        module_database,
+        embedder,
+        engine,
+        ingested,
+        with_index_worker=False,  # nobody serves the index queue: the vector path times out
+        activity_policies={"embed_query": {"schedule_to_close_seconds": 2}},
+    ) as (_stack, rag, _model):
+        # Two passages: a 135M model strays easily when given more.
+        answer = await rag.ask(
+            AskRequest(tenant="t", question=QUESTION, max_answer_tokens=32, top_k=2)
+        )
+    assert answer.retrieval == "keyword_only"
+    assert any("vector search failed" in d for d in answer.degradations)
+    assert EXPECTED in cited_files(answer), answer.model_dump_json(indent=1)
+
+
+async def test_keyword_search_failing_vector_search_answers(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    module_database.execute("ALTER TABLE chunks RENAME COLUMN tsv TO tsv_broken")
+    try:
+        async with answering(client, module_database, embedder, engine, ingested) as (_, rag, _m):
+            answer = await rag.ask(
+                AskRequest(tenant="t", question=QUESTION, max_answer_tokens=32, top_k=2)
+            )
+    finally:
+        module_database.execute("ALTER TABLE chunks RENAME COLUMN tsv_broken TO tsv")
+    assert answer.retrieval == "vector_only"
+    assert any("keyword search failed" in d for d in answer.degradations)
+    assert EXPECTED in cited_files(answer), answer.model_dump_json(indent=1)
+
+
+async def test_primary_llm_down_the_fallback_model_answers_then_a_default_reply(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    async with answering(
+        client,
+        module_database,
+        embedder,
+        engine,
+        ingested,
+        activity_policies={"generate": {"schedule_to_start_seconds": 2}},
+    ) as (_stack, rag, model):
+        # The primary model's queue has no worker; the fallback is the running one.
+        rag.settings = rag.settings.model_copy(
+            update={"llm_served_name": "nobody-serves-this", "llm_fallback_model": model}
+        )
+        started = time.monotonic()
+        answer = await rag.ask(AskRequest(tenant="t", question=QUESTION, max_answer_tokens=32))
+        assert time.monotonic() - started < 2 + 30  # the declared schedule-to-start, then an answer
+        assert answer.route == "fallback_model" and answer.model == model
+        assert any("nobody-serves-this" in d for d in answer.degradations)
+
+        rag.settings = rag.settings.model_copy(update={"llm_fallback_model": ""})
+        answer = await rag.ask(AskRequest(tenant="t", question=QUESTION, max_answer_tokens=32))
+        assert answer.route == "default_reply"
+        assert "degraded" in answer.answer
+        assert answer.citations, "the default reply still points at the passages found"
+
+
+async def test_cancelling_an_answer_stops_generation_in_the_engine_within_a_second(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    async with answering(client, module_database, embedder, engine, ingested) as (_, rag, _m):
+        handle = await rag.start_ask(
+            AskRequest(
+                tenant="t",
+                question="Write a long, detailed essay about the history of text encodings.",
+                max_answer_tokens=256,
+            )
+        )
+        deadline = time.monotonic() + 120
+        while engine.running_requests() == 0:
+            assert time.monotonic() < deadline, "generation never started"
+            await asyncio.sleep(0.02)
+        await handle.cancel()
+        cancelled_at = time.monotonic()
+        while engine.running_requests() > 0:
+            assert time.monotonic() - cancelled_at < 5, "the engine kept generating"
+            await asyncio.sleep(0.01)
+        stopped_after = time.monotonic() - cancelled_at
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+    assert stopped_after < 1.0, f"generation stopped {stopped_after:.2f} s after the cancel"
+
+
+async def test_an_over_long_question_is_rejected_before_generation(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    async with answering(client, module_database, embedder, engine, ingested) as (_, rag, _m):
+        question = "Why is the sky blue? " * 380  # ~7,600 characters
+        handle = await rag.start_ask(
+            AskRequest(tenant="t", question=question, max_answer_tokens=64)
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        history = await handle.fetch_history()
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == policies.PROMPT_TOO_LONG and cause.non_retryable
+    assert "tokens" in cause.message
+    scheduled = [
+        e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled == [], "nothing may run for a question that cannot fit"
+
+
+def test_requests_are_validated_before_anything_starts() -> None:
+    with pytest.raises(ValueError):
+        AskRequest(question="")
+    with pytest.raises(ValueError):
+        AskRequest(question="x", top_k=0)
+    with pytest.raises(ValueError):
+        AskRequest(question="x", model="Not A Valid Name!")
+    rag = RagClient(None, Settings(llm_max_answer_tokens=100))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="over the limit"):
+        rag.answer_plan(AskRequest(question="x", max_answer_tokens=200))

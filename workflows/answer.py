@@ -1,0 +1,276 @@
+"""AnswerWorkflow: a question in, a cited answer out (R1, R8-R15, R23).
+
+  rewrite (rules) -> vector search || keyword search -> fuse -> hydrate (active versions)
+  -> assemble the context within a token budget -> generate on llm-<model>
+  -> parse citations.
+
+Fallbacks (declared in durable_rag/policies.py):
+- either retriever failing: the other serves alone, reported in `degradations`;
+- the model's queue failing or not starting in time: the fallback model's queue; then a default
+  reply that says the service is degraded. `route` says which path answered.
+Bad input (a question that cannot fit the model) fails at once with a typed, non-retryable error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.documents import DocumentActivities
+    from activities.embedding import EmbeddingActivities
+    from activities.inference import InferenceActivities
+    from activities.vector_index import VectorIndexActivities
+    from durable_rag import policies
+    from durable_rag.retrieval import (
+        SYSTEM_PROMPT,
+        Scored,
+        assemble_context,
+        build_prompt,
+        fuse,
+        parse_citations,
+    )
+    from schemas.answer import (
+        Answer,
+        AnswerPlan,
+        AnswerWorkflowInput,
+        ChatMessage,
+        Citation,
+        GenerateInput,
+        GenerateOutput,
+        KeywordSearchInput,
+        TokenCounts,
+    )
+    from schemas.search import (
+        EmbedQueryInput,
+        HydrateInput,
+        Passage,
+        VectorHit,
+        VectorSearchInput,
+    )
+    from workflows.calls import call, describe, is_cancellation, is_permanent
+
+DEGRADED_REPLY = (
+    "The answering service is degraded right now and could not generate an answer. "
+    "The passages below are the most relevant ones found; please try again shortly."
+)
+
+# Workflows hold no tokenizer: the context budget uses a conservative estimate (English BPE
+# averages ~4 characters per token). The LLM worker checks the exact count before generating.
+CHARS_PER_TOKEN = 3
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // CHARS_PER_TOKEN + 1
+
+
+def rewrite(question: str) -> str:
+    """Cheap query rewrite: collapse whitespace, drop a leading conversational preamble."""
+    text = " ".join(question.split())
+    return re.sub(
+        r"^(please\s+)?(can|could|would)\s+you\s+(tell me|explain)\s+", "", text, flags=re.I
+    )
+
+
+@workflow.defn
+class AnswerWorkflow:
+    @workflow.run
+    async def run(self, wf_input: AnswerWorkflowInput) -> Answer:
+        request, plan = wf_input.request, wf_input.plan
+        trace_id = workflow.info().workflow_id
+        timings: dict[str, float] = {}
+        degradations: list[str] = []
+        clock = workflow.time()
+
+        def lap(step: str) -> None:
+            nonlocal clock
+            now = workflow.time()
+            timings[step] = round((now - clock) * 1000, 1)
+            clock = now
+
+        query = rewrite(request.question)
+        question_tokens = estimate_tokens(request.question)
+        if question_tokens > plan.context_tokens:
+            raise ApplicationError(
+                f"question of about {question_tokens} tokens is longer than the "
+                f"{plan.context_tokens} tokens this model's context leaves for it",
+                type=policies.PROMPT_TOO_LONG,
+                non_retryable=True,
+            )
+        lap("rewrite")
+
+        dense, keyword = await asyncio.gather(
+            self._vector(request.tenant, query, plan.candidates, request.document_ids),
+            self._keyword(request.tenant, query, plan.candidates, request.document_ids),
+            return_exceptions=True,
+        )
+        lap("retrieve")
+        for outcome in (dense, keyword):
+            if isinstance(outcome, BaseException) and is_cancellation(outcome):
+                raise outcome
+        retrieval = "hybrid"
+        if isinstance(dense, BaseException):
+            dense_hits: list[VectorHit] = []
+            retrieval = "keyword_only"
+            degradations.append(f"vector search failed, keyword search served alone: {_why(dense)}")
+        else:
+            dense_hits = dense
+        if isinstance(keyword, BaseException):
+            keyword_hits: list[VectorHit] = []
+            retrieval = "vector_only" if retrieval == "hybrid" else "none"
+            degradations.append(
+                f"keyword search failed, vector search served alone: {_why(keyword)}"
+            )
+        else:
+            keyword_hits = keyword
+
+        fused = fuse(
+            [Scored(str(h.chunk_id), h.score) for h in dense_hits],
+            [Scored(str(h.chunk_id), h.score) for h in keyword_hits],
+            method=plan.fusion_method,
+            dense_weight=plan.dense_weight,
+            keyword_weight=plan.keyword_weight,
+        )
+        lap("fuse")
+        passages: list[Passage] = []
+        if fused:
+            hydrated = await call(
+                DocumentActivities.hydrate_hits,
+                HydrateInput(
+                    tenant=request.tenant,
+                    hits=[VectorHit(chunk_id=uuid.UUID(s.key), score=s.score) for s in fused],
+                    limit=min(request.top_k * 2, 100),
+                ),
+                summary=f"load the top {len(fused)} fused passages from Postgres",
+            )
+            passages = hydrated.passages
+        lap("hydrate")
+
+        prompt_budget = plan.context_tokens - question_tokens
+        kept, dropped = assemble_context(
+            [(str(p.chunk_id), p.text, p.score) for p in passages[: request.top_k]],
+            prompt_budget,
+            estimate_tokens,
+        )
+        if dropped:
+            degradations.append(f"{dropped} passage(s) dropped to fit the context budget")
+        by_id = {str(p.chunk_id): p for p in passages}
+        lap("assemble")
+
+        prompt = build_prompt(request.question, kept)
+        messages = [
+            ChatMessage(role="system", content=SYSTEM_PROMPT),
+            ChatMessage(role="user", content=prompt),
+        ]
+        generated, route, model = await self._generate(
+            trace_id,
+            messages,
+            request.max_answer_tokens,
+            request.model or plan.model,
+            plan,
+            degradations,
+        )
+        lap("generate")
+
+        if generated is None:
+            text = DEGRADED_REPLY
+            cited_keys = [key for key, _ in kept[:3]]
+            method = "none"
+        else:
+            text = generated.text.strip()
+            cited_keys, method = parse_citations(text, kept)
+        numbers = {key: n for n, (key, _) in enumerate(kept, start=1)}
+        citations = [
+            Citation(
+                number=numbers[key],
+                chunk_id=by_id[key].chunk_id,
+                document_id=by_id[key].document_id,
+                source=by_id[key].source,
+                title=by_id[key].title,
+                heading_path=by_id[key].heading_path,
+                char_start=by_id[key].char_start,
+                char_end=by_id[key].char_end,
+            )
+            for key in cited_keys
+        ]
+        lap("parse")
+        return Answer(
+            trace_id=trace_id,
+            question=request.question,
+            query=query,
+            answer=text,
+            citations=citations,
+            citation_method=method,  # type: ignore[arg-type]
+            model=model,
+            route=route,  # type: ignore[arg-type]
+            retrieval=retrieval,  # type: ignore[arg-type]
+            degradations=degradations,
+            timings_ms=timings,
+            tokens=TokenCounts(
+                prompt=generated.prompt_tokens if generated else 0,
+                completion=generated.completion_tokens if generated else 0,
+            ),
+        )
+
+    async def _vector(
+        self, tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
+    ) -> list[VectorHit]:
+        embedded = await call(
+            EmbeddingActivities.embed_query, EmbedQueryInput(text=query), summary="embed the query"
+        )
+        found = await call(
+            VectorIndexActivities.vector_search,
+            VectorSearchInput(
+                tenant=tenant, vector=embedded.vector, limit=limit, document_ids=document_ids
+            ),
+            summary=f"vector search, top {limit}",
+        )
+        return found.hits
+
+    async def _keyword(
+        self, tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
+    ) -> list[VectorHit]:
+        found = await call(
+            DocumentActivities.keyword_search,
+            KeywordSearchInput(tenant=tenant, query=query, limit=limit, document_ids=document_ids),
+            summary=f"keyword search (Postgres full text), top {limit}",
+        )
+        return found.hits
+
+    async def _generate(
+        self,
+        trace_id: str,
+        messages: list[ChatMessage],
+        max_tokens: int,
+        model: str,
+        plan: AnswerPlan,
+        degradations: list[str],
+    ) -> tuple[GenerateOutput | None, str, str]:
+        fallback = plan.fallback_model
+        routes = [("primary", model)]
+        if fallback and fallback != model:
+            routes.append(("fallback_model", fallback))
+        for route, name in routes:
+            try:
+                generated = await call(
+                    InferenceActivities.generate,
+                    GenerateInput(trace_id=trace_id, messages=messages, max_tokens=max_tokens),
+                    summary=f"generate with {name}",
+                    task_queue=policies.llm_queue(name),
+                )
+                return generated, route, name
+            except ActivityError as err:
+                if is_permanent(err) or is_cancellation(err):
+                    raise
+                degradations.append(f"generation on {name} failed: {describe(err)}")
+        return None, "default_reply", ""
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, ActivityError):
+        return describe(error)
+    return f"{type(error).__name__}: {error}"

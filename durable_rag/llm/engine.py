@@ -174,10 +174,11 @@ class OpenAIEngine:
         self._running = 0
 
     def count_prompt_tokens(self, messages: Messages) -> int:
-        ids = self._tokenizer.apply_chat_template(
-            messages, tokenize=True, add_generation_prompt=True
+        # Render, then encode: what the server does with the same chat template.
+        prompt = self._tokenizer.apply_chat_template(
+            cast(Any, messages), tokenize=False, add_generation_prompt=True
         )
-        return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return len(self._tokenizer.encode(prompt, add_special_tokens=False))
 
     async def generate(
         self,

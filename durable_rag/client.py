@@ -120,6 +120,8 @@ class RagClient:
             fusion_method=s.fusion_method,
             dense_weight=s.fusion_dense_weight,
             keyword_weight=s.fusion_keyword_weight,
+            rerank=bool(s.reranker_model),
+            rerank_candidates=s.rerank_candidates,
         )
 
     async def start_ask(

@@ -43,6 +43,7 @@ class Fallback(StrEnum):
         "the fallback model's queue; then a cached answer; then a default reply saying the "
         "service is degraded. The answer says which path answered"
     )
+    KEEP_ORDER = "keep the retrieval order and report the degradation"
     SKIP = (
         "go on without it and record a degradation; what it would have cleaned is invisible "
         "to readers and removed by the next ingest or compaction"
@@ -54,6 +55,7 @@ INVALID_INPUT = "InvalidInput"
 INDEX_CONFIG = "IndexConfigError"
 MODEL_CONFIG = "ModelLoadError"
 PROMPT_TOO_LONG = "PromptTooLong"
+NOT_CONFIGURED = "NotConfigured"
 PERMANENT = [INVALID_INPUT, INDEX_CONFIG, MODEL_CONFIG, PROMPT_TOO_LONG]
 
 
@@ -151,6 +153,14 @@ DECLARED: dict[str, ActivityPolicy] = {
         retry=_retry(initial=0.2, maximum=2, attempts=3),
         fallback=Fallback.OTHER_RETRIEVER,
         expected_latency="~5-20 ms (Postgres full text, GIN index)",
+    ),
+    "rerank": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(seconds=15),
+        schedule_to_close=timedelta(seconds=20),
+        retry=_retry(initial=0.2, maximum=2, attempts=2),
+        fallback=Fallback.KEEP_ORDER,
+        expected_latency="~50-300 ms for 10 passages on CPU",
     ),
     "generate": ActivityPolicy(
         queue=Queue.LLM,

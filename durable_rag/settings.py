@@ -256,6 +256,14 @@ class Settings(BaseSettings):
     )
     fusion_dense_weight: float = Field(default=0.7, ge=0, le=1)
     fusion_keyword_weight: float = Field(default=0.3, ge=0, le=1)
+    reranker_model: str = Field(
+        default="",
+        description="Cross-encoder for reranking: 'packaged:minilm-reranker' (a locally made "
+        "stand-in), a folder or a model name (e.g. BAAI/bge-reranker-v2-m3); empty: no rerank.",
+    )
+    rerank_candidates: int = Field(
+        default=10, ge=1, le=100, description="Fused passages the reranker scores."
+    )
     answer_context_passages: int = Field(
         default=5, ge=1, le=50, description="Most passages placed in the prompt."
     )

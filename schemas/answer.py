@@ -43,6 +43,8 @@ class AnswerPlan(Contract):
     fusion_method: Literal["zscore", "rrf"] = "zscore"
     dense_weight: float = Field(default=0.7, ge=0, le=1)
     keyword_weight: float = Field(default=0.3, ge=0, le=1)
+    rerank: bool = False
+    rerank_candidates: int = Field(default=10, ge=1, le=100)
 
 
 class AnswerWorkflowInput(Contract):
@@ -59,6 +61,14 @@ class Citation(Contract):
     heading_path: str
     char_start: int
     char_end: int
+
+
+class ContextPassage(Contract):
+    """A passage that was in the prompt, as [number], with the score that placed it there."""
+
+    number: int
+    chunk_id: uuid.UUID
+    score: float
 
 
 class TokenCounts(Contract):
@@ -78,6 +88,8 @@ class Answer(Contract):
         description="Which generation path answered (R9)."
     )
     retrieval: Literal["hybrid", "vector_only", "keyword_only", "none"]
+    reranked: bool = False
+    context: list[ContextPassage] = Field(default_factory=list)
     degradations: list[str]
     timings_ms: dict[str, float]
     tokens: TokenCounts
@@ -91,6 +103,15 @@ class KeywordSearchInput(Contract):
     query: str = Field(min_length=1, max_length=8_000)
     limit: int = Field(ge=1, le=1_000)
     document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=1_000)
+
+
+class RerankInput(Contract):
+    query: str = Field(min_length=1, max_length=8_000)
+    passages: list[str] = Field(min_length=1, max_length=100)
+
+
+class RerankOutput(Contract):
+    scores: list[float]
 
 
 class ChatMessage(Contract):

@@ -130,6 +130,7 @@ async def running_stack(
     embedder: Embedder,
     data_dir: Path,
     with_index_worker: bool = True,
+    reranker: Any = None,
     **overrides: Any,
 ) -> AsyncIterator[Stack]:
     from workers import index as index_worker
@@ -150,7 +151,13 @@ async def running_stack(
             if with_index_worker:
                 workers.append(
                     index_worker.build_worker(
-                        client, settings, index, embedder, database.sessions, executor
+                        client,
+                        settings,
+                        index,
+                        embedder,
+                        database.sessions,
+                        executor,
+                        reranker=reranker,
                     )
                 )
             async with contextlib.AsyncExitStack() as running:

@@ -17,12 +17,14 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.embedding import EmbeddingActivities
+from activities.rerank import RerankActivities
 from activities.vector_index import VectorIndexActivities
 from durable_rag import policies
 from durable_rag.db import make_sessionmaker
 from durable_rag.embedding import Embedder, load_embedder
 from durable_rag.index import VectorIndex, open_index
 from durable_rag.logs import setup_logging
+from durable_rag.rerank import Reranker, load_reranker
 from durable_rag.settings import Settings
 from workers.common import connect, make_runtime, run_until_signalled
 
@@ -37,9 +39,11 @@ def build_worker(
     sessions: sessionmaker[Session],
     executor: ThreadPoolExecutor,
     task_queue: str | None = None,
+    reranker: Reranker | None = None,
 ) -> Worker:
     vectors = VectorIndexActivities(index, embedder, sessions)
     embedding = EmbeddingActivities(embedder)
+    reranking = RerankActivities(reranker)
     return Worker(
         client,
         task_queue=task_queue or settings.index_task_queue,
@@ -48,6 +52,7 @@ def build_worker(
             vectors.purge_superseded,
             vectors.vector_search,
             embedding.embed_query,
+            reranking.rerank,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.worker_max_concurrent_activities,
@@ -70,6 +75,11 @@ async def main(settings: Settings) -> None:
     policies.configure(settings)
     embedder = load_embedder_for(settings)
     index = open_index(settings, embedder.dimension)
+    reranker = (
+        load_reranker(settings.reranker_model, settings.data_dir, settings.embedding_device)
+        if settings.reranker_model
+        else None
+    )
     sessions = make_sessionmaker(settings.sqlalchemy_url)
     client = await connect(settings, make_runtime(settings))
 
@@ -77,7 +87,9 @@ async def main(settings: Settings) -> None:
         index.close()
 
     with ThreadPoolExecutor(settings.worker_max_concurrent_activities) as executor:
-        worker = build_worker(client, settings, index, embedder, sessions, executor)
+        worker = build_worker(
+            client, settings, index, embedder, sessions, executor, reranker=reranker
+        )
         await run_until_signalled(worker, on_stop=close_index)
 
 

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.documents import DocumentActivities
     from activities.embedding import EmbeddingActivities
     from activities.inference import InferenceActivities
+    from activities.rerank import RerankActivities
     from activities.vector_index import VectorIndexActivities
     from durable_rag import policies
     from durable_rag.retrieval import (
@@ -40,9 +41,11 @@ with workflow.unsafe.imports_passed_through():
         AnswerWorkflowInput,
         ChatMessage,
         Citation,
+        ContextPassage,
         GenerateInput,
         GenerateOutput,
         KeywordSearchInput,
+        RerankInput,
         TokenCounts,
     )
     from schemas.search import (
@@ -150,9 +153,35 @@ class AnswerWorkflow:
             passages = hydrated.passages
         lap("hydrate")
 
+        reranked = False
+        if plan.rerank and passages:
+            candidates = passages[: plan.rerank_candidates]
+            try:
+                scored = await call(
+                    RerankActivities.rerank,
+                    RerankInput(query=query, passages=[p.text for p in candidates]),
+                    summary=f"rerank the top {len(candidates)} passages",
+                )
+            except ActivityError as err:
+                if is_cancellation(err):
+                    raise
+                degradations.append(f"rerank failed, retrieval order kept: {describe(err)}")
+            else:
+                order = sorted(
+                    range(len(candidates)),
+                    key=lambda i: (-scored.scores[i], str(candidates[i].chunk_id)),
+                )
+                passages = [
+                    candidates[i].model_copy(update={"score": scored.scores[i]}) for i in order
+                ] + passages[len(candidates) :]
+                reranked = True
+            lap("rerank")
+
         prompt_budget = plan.context_tokens - question_tokens
+        # Rank, not raw score, decides what goes first: reranked and fused scores don't compare.
+        ranked = passages[: request.top_k]
         kept, dropped = assemble_context(
-            [(str(p.chunk_id), p.text, p.score) for p in passages[: request.top_k]],
+            [(str(p.chunk_id), p.text, float(len(ranked) - i)) for i, p in enumerate(ranked)],
             prompt_budget,
             estimate_tokens,
         )
@@ -208,6 +237,11 @@ class AnswerWorkflow:
             model=model,
             route=route,  # type: ignore[arg-type]
             retrieval=retrieval,  # type: ignore[arg-type]
+            reranked=reranked,
+            context=[
+                ContextPassage(number=n, chunk_id=by_id[key].chunk_id, score=by_id[key].score)
+                for n, (key, _) in enumerate(kept, start=1)
+            ],
             degradations=degradations,
             timings_ms=timings,
             tokens=TokenCounts(

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
@@ -23,6 +24,7 @@ from durable_rag.db import make_sessionmaker
 from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import EngineConfig, VllmEngine
 from durable_rag.llm.models import PACKAGED_SMOLLM2, resolve_generator
+from durable_rag.rerank import PACKAGED_RERANKER, load_reranker
 from durable_rag.settings import Settings
 from durable_rag.stack import EmbeddedPostgres, migrate
 from schemas.answer import Answer, AskRequest
@@ -91,7 +93,7 @@ async def answering(
     engine: VllmEngine,
     data_dir: Path,
     llm_queue_name: str | None = None,
-    **overrides: object,
+    **overrides: Any,
 ) -> AsyncIterator[tuple[Stack, RagClient, str]]:
     """The stack plus an LLM worker on the session's engine, under a uuid model name."""
     model = llm_queue_name or f"smol-{uuid.uuid4().hex[:8]}"
@@ -277,6 +279,43 @@ async def test_an_over_long_question_is_rejected_before_generation(
         e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
     ]
     assert scheduled == [], "nothing may run for a question that cannot fit"
+
+
+async def test_rerank_orders_the_context_by_the_rerankers_scores(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    reranker = load_reranker(PACKAGED_RERANKER, Settings().data_dir.resolve(), "cpu")
+    request = AskRequest(tenant="t", question=QUESTION, max_answer_tokens=8, top_k=5)
+    async with answering(client, module_database, embedder, engine, ingested) as (_, rag, _m):
+        fused = await rag.ask(request)
+    async with answering(
+        client,
+        module_database,
+        embedder,
+        engine,
+        ingested,
+        reranker=reranker,
+        reranker_model=PACKAGED_RERANKER,
+    ) as (_, rag, _m):
+        reranked = await rag.ask(request)
+        await save_history(client, reranked.trace_id, "answer-reranked")
+    assert not fused.reranked and reranked.reranked and "rerank" in reranked.timings_ms
+    scores = [c.score for c in reranked.context]
+    assert scores == sorted(scores, reverse=True), "context follows the reranker's scores"
+    texts = dict(
+        module_database.rows(
+            "SELECT id, text FROM chunks WHERE id = ANY(%s)", [c.chunk_id for c in reranked.context]
+        )
+    )
+    direct = reranker.score(reranked.query, [texts[c.chunk_id] for c in reranked.context])
+    assert direct == pytest.approx(scores, abs=1e-5)
+    assert [c.chunk_id for c in reranked.context] != [c.chunk_id for c in fused.context], (
+        "the reranker's scores differ from retrieval's, so the order must change"
+    )
 
 
 def test_requests_are_validated_before_anything_starts() -> None:

@@ -68,8 +68,9 @@ class Database:
             return conn.execute(sql, params).fetchall()
 
 
-@pytest.fixture
-def database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
+@contextlib.contextmanager
+def fresh_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
+    """A new, migrated database on the session's Postgres server."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     pg_server.ensure_database(name)
     url = pg_server.url(name)
@@ -77,6 +78,12 @@ def database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
     db = Database(url, name, make_sessionmaker(url))
     yield db
     db.sessions.kw["bind"].dispose()
+
+
+@pytest.fixture
+def database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
+    with fresh_database(pg_server) as db:
+        yield db
 
 
 @pytest.fixture(scope="session")

@@ -69,6 +69,19 @@ class LLMEngine(Protocol):
     def close(self) -> None: ...
 
 
+def render_chat(tokenizer: Any, messages: Messages) -> str:
+    """The prompt text the model sees: the chat template applied, ready for the answer."""
+    return str(
+        tokenizer.apply_chat_template(
+            cast(Any, messages), tokenize=False, add_generation_prompt=True
+        )
+    )
+
+
+def count_tokens(tokenizer: Any, prompt: str) -> int:
+    return len(tokenizer.encode(prompt, add_special_tokens=False))
+
+
 def check_fits(prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
     if prompt_tokens + max_tokens > max_model_len:
         raise PromptTooLongError(
@@ -97,15 +110,8 @@ class VllmEngine:
         self.model_name = config.served_name
         self.max_model_len = config.max_model_len
 
-    def _render(self, messages: Messages) -> str:
-        return str(
-            self._tokenizer.apply_chat_template(
-                cast(Any, messages), tokenize=False, add_generation_prompt=True
-            )
-        )
-
     def count_prompt_tokens(self, messages: Messages) -> int:
-        return len(self._tokenizer.encode(self._render(messages), add_special_tokens=False))
+        return count_tokens(self._tokenizer, render_chat(self._tokenizer, messages))
 
     async def generate(
         self,
@@ -116,8 +122,8 @@ class VllmEngine:
     ) -> Generation:
         from vllm import SamplingParams
 
-        prompt = self._render(messages)
-        check_fits(self.count_prompt_tokens(messages), max_tokens, self.max_model_len)
+        prompt = render_chat(self._tokenizer, messages)
+        check_fits(count_tokens(self._tokenizer, prompt), max_tokens, self.max_model_len)
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
         started = time.perf_counter()
         first: float | None = None
@@ -175,10 +181,7 @@ class OpenAIEngine:
 
     def count_prompt_tokens(self, messages: Messages) -> int:
         # Render, then encode: what the server does with the same chat template.
-        prompt = self._tokenizer.apply_chat_template(
-            cast(Any, messages), tokenize=False, add_generation_prompt=True
-        )
-        return len(self._tokenizer.encode(prompt, add_special_tokens=False))
+        return count_tokens(self._tokenizer, render_chat(self._tokenizer, messages))
 
     async def generate(
         self,

@@ -20,15 +20,14 @@ from temporalio.exceptions import ApplicationError
 
 from durable_rag import policies
 from durable_rag.client import RagClient
-from durable_rag.db import make_sessionmaker
 from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import EngineConfig, VllmEngine
 from durable_rag.llm.models import PACKAGED_SMOLLM2, resolve_generator
 from durable_rag.rerank import PACKAGED_RERANKER, load_reranker
 from durable_rag.settings import Settings
-from durable_rag.stack import EmbeddedPostgres, migrate
+from durable_rag.stack import EmbeddedPostgres
 from schemas.answer import Answer, AskRequest
-from tests.conftest import CORPUS, Database, Stack, running_stack
+from tests.conftest import CORPUS, Database, Stack, fresh_database, running_stack
 from tests.workflows.test_ingest import save_history
 from workers import llm as llm_worker
 
@@ -68,13 +67,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
 
 @pytest.fixture(scope="module")
 def module_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
-    name = f"a_{uuid.uuid4().hex[:12]}"
-    pg_server.ensure_database(name)
-    url = pg_server.url(name)
-    migrate(url)
-    db = Database(url, name, make_sessionmaker(url))
-    yield db
-    db.sessions.kw["bind"].dispose()
+    with fresh_database(pg_server) as db:
+        yield db
 
 
 @pytest.fixture(scope="module")

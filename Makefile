@@ -61,6 +61,7 @@ status: venv
 bench: venv
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/answer.py
+	$(BIN)/python bench/retrieval.py --sweep
 
 clean:
 	-$(BIN)/durable-rag down

@@ -18,7 +18,6 @@ from durable_rag.chunking import chunk_document
 from durable_rag.db import Chunk, Document, DocumentStatus
 from durable_rag.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
 from durable_rag.retrieval import keyword_query
-from schemas.answer import KeywordSearchInput
 from schemas.common import DocumentFailure, DocumentVersion
 from schemas.ingest import (
     CommitOutput,
@@ -31,6 +30,7 @@ from schemas.ingest import (
 from schemas.search import (
     HydrateInput,
     HydrateOutput,
+    KeywordSearchInput,
     Passage,
     VectorHit,
     VectorSearchOutput,

@@ -15,7 +15,8 @@ from temporalio.exceptions import ApplicationError
 from durable_rag import policies
 from durable_rag.llm.engine import LLMEngine, PromptTooLongError
 from durable_rag.metrics import STEP_SECONDS
-from schemas.answer import GenerateInput, GenerateOutput
+from durable_rag.retrieval import REWRITE_PROMPT, clean_rewrite
+from schemas.answer import GenerateInput, GenerateOutput, RewriteInput, RewriteOutput
 
 HEARTBEAT_EVERY_SECONDS = 0.2
 
@@ -70,3 +71,21 @@ class InferenceActivities:
             seconds=result.seconds,
             first_token_seconds=result.first_token_seconds,
         )
+
+    @activity.defn
+    async def rewrite_query(self, request: RewriteInput) -> RewriteOutput:
+        """Rewrite a question into a search query: a few tokens, so no heartbeat is needed; a
+        cancelled activity cancels the engine call, which aborts the request."""
+        messages = [
+            {"role": "system", "content": REWRITE_PROMPT},
+            {"role": "user", "content": request.question},
+        ]
+        request_id = f"{request.trace_id}-rewrite-{activity.info().attempt}"
+        try:
+            result = await self.engine.generate(messages, request.max_tokens, request_id)
+        except PromptTooLongError as exc:
+            raise ApplicationError(
+                str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
+            ) from exc
+        STEP_SECONDS.labels("rewrite").observe(result.seconds)
+        return RewriteOutput(query=clean_rewrite(result.text, request.question), model=result.model)

@@ -1,8 +1,8 @@
 """Vector index activities: the only code that touches the index.
 
 In the embedded profile the in-process index allows one opener, so these run in the index worker,
-which also holds the embedding model: chunk vectors go from the model to the index inside one
-activity and never pass through workflow history.
+which also holds the embedding model: vectors go from the model to the index inside one activity
+and never pass through workflow history (chunk vectors on ingest, the query vector on search).
 """
 
 from __future__ import annotations
@@ -20,11 +20,7 @@ from durable_rag.embedding import Embedder
 from durable_rag.index import IndexFilter, IndexPoint, VectorIndex
 from durable_rag.metrics import CHUNKS_EMBEDDED, STEP_SECONDS
 from schemas.ingest import DocumentsInput, IndexDocumentsOutput
-from schemas.search import (
-    VectorHit,
-    VectorSearchInput,
-    VectorSearchOutput,
-)
+from schemas.search import DenseSearchInput, VectorHit, VectorSearchOutput
 
 
 def embedding_text(heading_path: str, text: str) -> str:
@@ -110,10 +106,14 @@ class VectorIndexActivities:
                 raise index_error(exc) from exc
 
     @activity.defn
-    def vector_search(self, request: VectorSearchInput) -> VectorSearchOutput:
+    def dense_search(self, request: DenseSearchInput) -> VectorSearchOutput:
+        """Embed the query and search the index: one round trip, and no vector in history."""
+        began = time.perf_counter()
+        vector = self.embedder.embed_query(request.query)
+        STEP_SECONDS.labels("embed_query").observe(time.perf_counter() - began)
         where = IndexFilter(tenant=request.tenant, document_ids=tuple(request.document_ids))
         try:
-            hits = self.index.search(request.vector, request.limit, where)
+            hits = self.index.search(vector, request.limit, where)
         except Exception as exc:
             raise index_error(exc) from exc
         return VectorSearchOutput(hits=[VectorHit(chunk_id=h.id, score=h.score) for h in hits])

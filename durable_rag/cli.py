@@ -175,6 +175,10 @@ def search(
     query: Annotated[str, typer.Argument(help="The question or text to look for.")],
     tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", help="Passages to return (1-100).")] = 5,
+    mode: Annotated[
+        str | None,
+        typer.Option(help="hybrid, dense or keyword; default from settings (retrieval_mode)."),
+    ] = None,
 ) -> None:
     """Retrieve the best passages for a query, with scores and source locations."""
     import uuid
@@ -183,15 +187,24 @@ def search(
 
     settings = _settings()
     try:
-        SearchRequest(tenant=tenant or settings.default_tenant, query=query, top_k=top_k)
+        checked = SearchRequest.model_validate(
+            {
+                "tenant": tenant or settings.default_tenant,
+                "query": query,
+                "top_k": top_k,
+                "mode": mode,
+            }
+        )
     except ValidationError as exc:
         _usage_error(_first_error(exc))
 
     async def run() -> None:
         rag = await _connect(settings)
         trace = uuid.uuid4().hex[:16]
-        response = await rag.search(query, tenant, top_k, trace_id=trace)
-        console.print(f"[bold]{query}[/bold]   trace {response.trace_id}")
+        response = await rag.search(query, tenant, top_k, trace_id=trace, mode=checked.mode)
+        console.print(f"[bold]{query}[/bold]   trace {response.trace_id}   ({response.retrieval})")
+        for note in response.degradations:
+            console.print(f"[yellow]degraded:[/yellow] {note}")
         if not response.passages:
             console.print("no passages found")
         for rank, p in enumerate(response.passages, start=1):

@@ -21,7 +21,13 @@ from durable_rag import ids
 from durable_rag.settings import Settings
 from schemas.answer import Answer, AnswerPlan, AnswerWorkflowInput, AskRequest
 from schemas.ingest import IngestProgress, IngestRequest, IngestResult, IngestWorkflowInput
-from schemas.search import SearchRequest, SearchResponse
+from schemas.search import (
+    RetrievalMode,
+    RetrievalPlan,
+    SearchRequest,
+    SearchResponse,
+    SearchWorkflowInput,
+)
 from workers.common import connect
 from workflows.answer import AnswerWorkflow
 from workflows.ingest import IngestWorkflow
@@ -85,15 +91,30 @@ class RagClient:
             await asyncio.wait({result_task}, timeout=0.5)
         return result_task.result()
 
+    def retrieval_plan(self, top_k: int = 1) -> RetrievalPlan:
+        s = self.settings
+        return RetrievalPlan(
+            mode=s.retrieval_mode,
+            candidates=max(s.retrieval_candidates, top_k),
+            fusion_method=s.fusion_method,
+            dense_weight=s.fusion_dense_weight,
+            keyword_weight=s.fusion_keyword_weight,
+        )
+
     async def search(
-        self, query: str, tenant: str | None = None, top_k: int = 5, trace_id: str | None = None
+        self,
+        query: str,
+        tenant: str | None = None,
+        top_k: int = 5,
+        trace_id: str | None = None,
+        mode: RetrievalMode | None = None,
     ) -> SearchResponse:
         request = SearchRequest(
-            tenant=tenant or self.settings.default_tenant, query=query, top_k=top_k
+            tenant=tenant or self.settings.default_tenant, query=query, top_k=top_k, mode=mode
         )
         return await self.client.execute_workflow(
             SearchWorkflow.run,
-            request,
+            SearchWorkflowInput(request=request, plan=self.retrieval_plan(top_k)),
             id=f"search-{trace_id or uuid.uuid4().hex}",
             task_queue=self.settings.workflow_task_queue,
             static_summary=f"search: {query[:80]}",
@@ -116,10 +137,9 @@ class RagClient:
             model=request.model or s.llm_name,
             fallback_model=s.llm_fallback_model,
             context_tokens=context,
-            candidates=s.retrieval_candidates,
-            fusion_method=s.fusion_method,
-            dense_weight=s.fusion_dense_weight,
-            keyword_weight=s.fusion_keyword_weight,
+            retrieval=self.retrieval_plan(request.top_k),
+            cache_answers=s.answer_cache,
+            rewrite_model=s.query_rewrite_model,
             rerank=bool(s.reranker_model),
             rerank_candidates=s.rerank_candidates,
         )

@@ -29,7 +29,7 @@ from sqlalchemy import (
     create_engine,
     func,
 )
-from sqlalchemy.dialects.postgresql import TSVECTOR
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -103,6 +103,29 @@ class Chunk(Base):
         Computed("to_tsvector('english', heading_path || ' ' || text)", persisted=True),
         deferred=True,  # only keyword search reads it, inside Postgres
     )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class CachedAnswer(Base):
+    """The last generated answer to a question, for the LLM fallback path (R9).
+
+    Keyed by tenant, the normalized question and the retrieval scope (a hash of both), and valid
+    only for the corpus version it was answered from: any ingest or delete changes the version
+    and makes it unreachable. One row per key: storing a newer answer replaces the old one.
+    """
+
+    __tablename__ = "answer_cache"
+    __table_args__ = (UniqueConstraint("tenant", "question_key", name="uq_answer_cache_key"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    question_key: Mapped[str] = mapped_column(String(64))
+    question: Mapped[str] = mapped_column(Text)
+    corpus_version: Mapped[str] = mapped_column(String(64))
+    answer: Mapped[str] = mapped_column(Text)
+    citations: Mapped[list[dict[str, object]]] = mapped_column(JSONB)
+    model: Mapped[str] = mapped_column(String(128))
+    trace_id: Mapped[str] = mapped_column(String(256))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

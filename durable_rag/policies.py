@@ -44,6 +44,9 @@ class Fallback(StrEnum):
         "service is degraded. The answer says which path answered"
     )
     KEEP_ORDER = "keep the retrieval order and report the degradation"
+    RULES_REWRITE = "use the rule-based rewrite of the question and report the degradation"
+    DEFAULT_REPLY = "the default reply that says the service is degraded"
+    NOT_CACHED = "return the answer uncached; a later LLM outage finds no cached answer for it"
     SKIP = (
         "go on without it and record a degradation; what it would have cleaned is invisible "
         "to readers and removed by the next ingest or compaction"
@@ -69,6 +72,9 @@ class ActivityPolicy:
     schedule_to_close: timedelta | None = None
     # Time a task may wait for a worker before the fallback takes over (a queue nobody polls).
     schedule_to_start: timedelta | None = None
+    # A local activity runs inside the orchestrator worker that runs the workflow: no task queue
+    # round trip. Right for short Postgres reads on the answer path; only for Queue.WORKFLOW.
+    local: bool = False
     expected_latency: str = ""  # documentation for operators (R1)
 
 
@@ -130,24 +136,17 @@ DECLARED: dict[str, ActivityPolicy] = {
         expected_latency="one transaction: ~10 ms",
     ),
     # --- search -------------------------------------------------------------------------------
-    "embed_query": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(seconds=10),
-        schedule_to_close=timedelta(seconds=15),
-        retry=_retry(initial=0.2, maximum=2, attempts=3),
-        fallback=Fallback.OTHER_RETRIEVER,
-        expected_latency="~10-100 ms",
-    ),
-    "vector_search": ActivityPolicy(
+    "dense_search": ActivityPolicy(
         queue=Queue.INDEX,
         start_to_close=timedelta(seconds=5),
         schedule_to_close=timedelta(seconds=10),
         retry=_retry(initial=0.2, maximum=2, attempts=3),
         fallback=Fallback.OTHER_RETRIEVER,
-        expected_latency="P99 < 50 ms (R3)",
+        expected_latency="embed ~10-30 ms + search P99 < 50 ms (R3)",
     ),
     "keyword_search": ActivityPolicy(
         queue=Queue.WORKFLOW,
+        local=True,
         start_to_close=timedelta(seconds=5),
         schedule_to_close=timedelta(seconds=10),
         retry=_retry(initial=0.2, maximum=2, attempts=3),
@@ -162,6 +161,15 @@ DECLARED: dict[str, ActivityPolicy] = {
         fallback=Fallback.KEEP_ORDER,
         expected_latency="~50-300 ms for 10 passages on CPU",
     ),
+    "rewrite_query": ActivityPolicy(
+        queue=Queue.LLM,
+        start_to_close=timedelta(seconds=10),
+        # An optional refinement: never wait long for a busy or absent model.
+        schedule_to_start=timedelta(seconds=2),
+        retry=_retry(initial=0.5, maximum=1, attempts=1),
+        fallback=Fallback.RULES_REWRITE,
+        expected_latency="~48 tokens: CPU SmolLM2 ~1-5 s; GPU ~100-300 ms",
+    ),
     "generate": ActivityPolicy(
         queue=Queue.LLM,
         start_to_close=timedelta(minutes=3),
@@ -171,8 +179,25 @@ DECLARED: dict[str, ActivityPolicy] = {
         fallback=Fallback.FALLBACK_MODEL,
         expected_latency="CPU SmolLM2-135M ~9 tok/s per sequence; GPU: model dependent",
     ),
+    "lookup_cached_answer": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        local=True,
+        start_to_close=timedelta(seconds=5),
+        retry=_retry(initial=0.2, maximum=1, attempts=2),
+        fallback=Fallback.DEFAULT_REPLY,
+        expected_latency="~5 ms (two indexed reads)",
+    ),
+    "store_answer": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        local=True,
+        start_to_close=timedelta(seconds=5),
+        retry=_retry(initial=0.2, maximum=1, attempts=2),
+        fallback=Fallback.NOT_CACHED,
+        expected_latency="~5 ms (one upsert)",
+    ),
     "hydrate_hits": ActivityPolicy(
         queue=Queue.WORKFLOW,
+        local=True,
         start_to_close=timedelta(seconds=5),
         retry=_retry(initial=0.2, maximum=2, attempts=3),
         fallback=Fallback.FAIL_FLOW,

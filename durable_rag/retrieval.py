@@ -112,6 +112,22 @@ SYSTEM_PROMPT = (
 )
 
 
+REWRITE_PROMPT = (
+    "Rewrite the user's question as a short search query for a document index. Keep every name, "
+    "technical term and number; drop filler words. Reply with the query only, on one line."
+)
+
+
+def clean_rewrite(text: str, question: str) -> str:
+    """The model's rewrite, or the question itself when the model returned nothing usable."""
+    lines = [line.strip().strip("\"'`").strip() for line in text.strip().splitlines()]
+    query = next((line for line in lines if line), "")
+    query = re.sub(r"^(search query|query)\s*:\s*", "", query, flags=re.I).strip()
+    if not query or len(query) > max(200, 2 * len(question)):
+        return question
+    return query
+
+
 def build_prompt(question: str, context: Sequence[tuple[str, str]], summary: str = "") -> str:
     parts = [f"[{n}] {text}" for n, (_, text) in enumerate(context, start=1)]
     history = f"Conversation so far:\n{summary}\n\n" if summary else ""

@@ -248,6 +248,16 @@ class Settings(BaseSettings):
     )
 
     # --- answering ----------------------------------------------------------------------------
+    query_rewrite_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of a model whose LLM queue rewrites each question into a search "
+        "query before retrieval (adds a generation to every answer); empty: cheap rules only.",
+    )
+    retrieval_mode: Literal["hybrid", "dense", "keyword"] = Field(
+        default="hybrid",
+        description="hybrid: vector and keyword search in parallel, fused; or one of them alone.",
+    )
     retrieval_candidates: int = Field(
         default=20, ge=1, le=200, description="Passages each retriever returns before fusion."
     )
@@ -263,6 +273,11 @@ class Settings(BaseSettings):
     )
     rerank_candidates: int = Field(
         default=10, ge=1, le=100, description="Fused passages the reranker scores."
+    )
+    answer_cache: bool = Field(
+        default=True,
+        description="Keep each generated answer (per question and corpus version) for the "
+        "fallback path: when every model queue fails, a cached answer beats the default reply.",
     )
     answer_context_passages: int = Field(
         default=5, ge=1, le=50, description="Most passages placed in the prompt."

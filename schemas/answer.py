@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from schemas.common import Contract, TenantId
+from schemas.search import RetrievalLabel, RetrievalPlan
 
 ModelName = str  # served model name: lowercase letters, digits, . _ -
 
@@ -39,10 +40,11 @@ class AnswerPlan(Contract):
     fallback_model: ModelName = ""
     llm_queue_prefix: str = "llm-"
     context_tokens: int = Field(ge=64, le=1_048_576, description="Budget for the passages.")
-    candidates: int = Field(default=20, ge=1, le=200)
-    fusion_method: Literal["zscore", "rrf"] = "zscore"
-    dense_weight: float = Field(default=0.7, ge=0, le=1)
-    keyword_weight: float = Field(default=0.3, ge=0, le=1)
+    retrieval: RetrievalPlan = Field(default_factory=RetrievalPlan)
+    rewrite_model: ModelName = Field(
+        default="", description="Model whose queue rewrites the question; empty: rules only."
+    )
+    cache_answers: bool = True
     rerank: bool = False
     rerank_candidates: int = Field(default=10, ge=1, le=100)
 
@@ -82,12 +84,12 @@ class Answer(Contract):
     query: str = Field(description="The rewritten query used for retrieval.")
     answer: str
     citations: list[Citation]
-    citation_method: Literal["markers", "overlap", "none"]
+    citation_method: Literal["markers", "overlap", "cached", "none"]
     model: str
-    route: Literal["primary", "fallback_model", "default_reply"] = Field(
+    route: Literal["primary", "fallback_model", "cached_answer", "default_reply"] = Field(
         description="Which generation path answered (R9)."
     )
-    retrieval: Literal["hybrid", "vector_only", "keyword_only", "none"]
+    retrieval: RetrievalLabel
     reranked: bool = False
     context: list[ContextPassage] = Field(default_factory=list)
     degradations: list[str]
@@ -96,13 +98,6 @@ class Answer(Contract):
 
 
 # --- activity contracts -----------------------------------------------------------------------
-
-
-class KeywordSearchInput(Contract):
-    tenant: TenantId
-    query: str = Field(min_length=1, max_length=8_000)
-    limit: int = Field(ge=1, le=1_000)
-    document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=1_000)
 
 
 class RerankInput(Contract):
@@ -125,6 +120,17 @@ class GenerateInput(Contract):
     max_tokens: int = Field(ge=1, le=16_384)
 
 
+class RewriteInput(Contract):
+    trace_id: str = Field(max_length=256)
+    question: str = Field(min_length=1, max_length=8_000)
+    max_tokens: int = Field(default=48, ge=1, le=512)
+
+
+class RewriteOutput(Contract):
+    query: str
+    model: str
+
+
 class GenerateOutput(Contract):
     text: str
     model: str
@@ -133,3 +139,26 @@ class GenerateOutput(Contract):
     finish_reason: str
     seconds: float
     first_token_seconds: float
+
+
+class CacheKeyInput(Contract):
+    """What makes two questions the same for the answer cache (with the corpus version)."""
+
+    tenant: TenantId
+    question: str = Field(min_length=1, max_length=8_000)
+    document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=100)
+
+
+class StoreAnswerInput(CacheKeyInput):
+    trace_id: str = Field(max_length=256)
+    answer: str
+    citations: list[Citation]
+    model: str
+
+
+class CachedAnswerOutput(Contract):
+    found: bool
+    answer: str = ""
+    citations: list[Citation] = Field(default_factory=list)
+    model: str = ""
+    trace_id: str = Field(default="", description="The run that generated the cached answer.")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from typing import Literal
 
 from pydantic import Field
 
 from schemas.common import Contract, TenantId
+
+RetrievalMode = Literal["hybrid", "dense", "keyword"]
 
 
 class SearchRequest(Contract):
@@ -14,20 +17,38 @@ class SearchRequest(Contract):
     query: str = Field(min_length=1, max_length=4_000)
     top_k: int = Field(default=5, ge=1, le=100)
     document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=1_000)
+    mode: RetrievalMode | None = Field(
+        default=None, description="Override the configured retrieval mode (evaluations use it)."
+    )
 
 
-class EmbedQueryInput(Contract):
-    text: str = Field(min_length=1, max_length=4_000)
+class RetrievalPlan(Contract):
+    """What the caller's settings decide for retrieval; workflows read no settings."""
+
+    mode: RetrievalMode = "hybrid"
+    candidates: int = Field(default=20, ge=1, le=200, description="Hits asked of each retriever.")
+    fusion_method: Literal["zscore", "rrf"] = "zscore"
+    dense_weight: float = Field(default=0.7, ge=0, le=1)
+    keyword_weight: float = Field(default=0.3, ge=0, le=1)
 
 
-class EmbedQueryOutput(Contract):
-    vector: list[float]
-    model: str
+class SearchWorkflowInput(Contract):
+    request: SearchRequest
+    plan: RetrievalPlan
 
 
-class VectorSearchInput(Contract):
+class DenseSearchInput(Contract):
+    """Embed a query and search the index in one step: the vector never enters history."""
+
     tenant: TenantId
-    vector: list[float] = Field(min_length=1, max_length=8_192)
+    query: str = Field(min_length=1, max_length=8_000)
+    limit: int = Field(ge=1, le=1_000)
+    document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=1_000)
+
+
+class KeywordSearchInput(Contract):
+    tenant: TenantId
+    query: str = Field(min_length=1, max_length=8_000)
     limit: int = Field(ge=1, le=1_000)
     document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=1_000)
 
@@ -68,8 +89,13 @@ class HydrateOutput(Contract):
     )
 
 
+RetrievalLabel = Literal["hybrid", "vector_only", "keyword_only", "none"]
+
+
 class SearchResponse(Contract):
     trace_id: str
     query: str
     passages: list[Passage]
+    retrieval: RetrievalLabel
+    degradations: list[str] = Field(default_factory=list)
     timings_ms: dict[str, float]

@@ -18,6 +18,7 @@ runner = CliRunner()
         (["search", "x" * 5000], "query"),
         (["search", "hello", "--top-k", "0"], "top_k"),
         (["search", "hello", "--tenant", "bad tenant"], "tenant"),
+        (["search", "hello", "--mode", "fuzzy"], "mode"),
         (["worker", "gpu-thing"], "unknown worker kind"),
     ],
 )

@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.embedding import EmbeddingActivities
 from activities.rerank import RerankActivities
 from activities.vector_index import VectorIndexActivities
 from durable_rag import policies
@@ -42,7 +41,6 @@ def build_worker(
     reranker: Reranker | None = None,
 ) -> Worker:
     vectors = VectorIndexActivities(index, embedder, sessions)
-    embedding = EmbeddingActivities(embedder)
     reranking = RerankActivities(reranker)
     return Worker(
         client,
@@ -50,8 +48,7 @@ def build_worker(
         activities=[
             vectors.index_documents,
             vectors.purge_superseded,
-            vectors.vector_search,
-            embedding.embed_query,
+            vectors.dense_search,
             reranking.rerank,
         ],
         activity_executor=executor,

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.answer_cache import AnswerCacheActivities
 from activities.documents import DocumentActivities
 from durable_rag import policies
 from durable_rag.db import make_sessionmaker
@@ -45,6 +46,7 @@ def build_worker(
         chunk_overlap=settings.chunk_overlap,
         max_document_bytes=settings.max_document_bytes,
     )
+    cache = AnswerCacheActivities(sessions)
     return Worker(
         client,
         task_queue=task_queue or settings.workflow_task_queue,
@@ -56,6 +58,8 @@ def build_worker(
             documents.discard_pending,
             documents.hydrate_hits,
             documents.keyword_search,
+            cache.lookup_cached_answer,
+            cache.store_answer,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.worker_max_concurrent_activities,

@@ -1,19 +1,21 @@
 """AnswerWorkflow: a question in, a cited answer out (R1, R8-R15, R23).
 
-  rewrite (rules) -> vector search || keyword search -> fuse -> hydrate (active versions)
+  rewrite (rules; optionally an LLM) -> dense search || keyword search -> fuse (workflows/retrieve.py)
+  -> hydrate (active versions) -> rerank (optional)
   -> assemble the context within a token budget -> generate on llm-<model>
-  -> parse citations.
+  -> parse citations -> keep the answer in the answer cache.
 
 Fallbacks (declared in durable_rag/policies.py):
+- the LLM rewrite failing or not starting within 2 s: the rules' rewrite;
 - either retriever failing: the other serves alone, reported in `degradations`;
-- the model's queue failing or not starting in time: the fallback model's queue; then a default
-  reply that says the service is degraded. `route` says which path answered.
+- the model's queue failing or not starting in time: the fallback model's queue; then the cached
+  answer to the same question and corpus version, if one was stored; then a default reply that
+  says the service is degraded. `route` says which path answered.
 Bad input (a question that cannot fit the model) fails at once with a typed, non-retryable error.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 import uuid
 
@@ -21,41 +23,37 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.answer_cache import AnswerCacheActivities
     from activities.documents import DocumentActivities
-    from activities.embedding import EmbeddingActivities
     from activities.inference import InferenceActivities
     from activities.rerank import RerankActivities
-    from activities.vector_index import VectorIndexActivities
     from durable_rag import policies
     from durable_rag.retrieval import (
         SYSTEM_PROMPT,
-        Scored,
         assemble_context,
         build_prompt,
-        fuse,
         parse_citations,
     )
     from schemas.answer import (
         Answer,
         AnswerPlan,
         AnswerWorkflowInput,
+        AskRequest,
+        CachedAnswerOutput,
+        CacheKeyInput,
         ChatMessage,
         Citation,
         ContextPassage,
         GenerateInput,
         GenerateOutput,
-        KeywordSearchInput,
         RerankInput,
+        RewriteInput,
+        StoreAnswerInput,
         TokenCounts,
     )
-    from schemas.search import (
-        EmbedQueryInput,
-        HydrateInput,
-        Passage,
-        VectorHit,
-        VectorSearchInput,
-    )
+    from schemas.search import HydrateInput, Passage, VectorHit
     from workflows.calls import call, describe, is_cancellation, is_permanent
+    from workflows.retrieve import retrieve
 
 DEGRADED_REPLY = (
     "The answering service is degraded right now and could not generate an answer. "
@@ -104,41 +102,14 @@ class AnswerWorkflow:
                 type=policies.PROMPT_TOO_LONG,
                 non_retryable=True,
             )
+        if plan.rewrite_model:
+            query = await self._llm_rewrite(request, plan.rewrite_model, query, degradations)
         lap("rewrite")
 
-        dense, keyword = await asyncio.gather(
-            self._vector(request.tenant, query, plan.candidates, request.document_ids),
-            self._keyword(request.tenant, query, plan.candidates, request.document_ids),
-            return_exceptions=True,
-        )
+        found = await retrieve(request.tenant, query, plan.retrieval, request.document_ids)
+        degradations.extend(found.degradations)
+        fused = found.fused
         lap("retrieve")
-        for outcome in (dense, keyword):
-            if isinstance(outcome, BaseException) and is_cancellation(outcome):
-                raise outcome
-        retrieval = "hybrid"
-        if isinstance(dense, BaseException):
-            dense_hits: list[VectorHit] = []
-            retrieval = "keyword_only"
-            degradations.append(f"vector search failed, keyword search served alone: {_why(dense)}")
-        else:
-            dense_hits = dense
-        if isinstance(keyword, BaseException):
-            keyword_hits: list[VectorHit] = []
-            retrieval = "vector_only" if retrieval == "hybrid" else "none"
-            degradations.append(
-                f"keyword search failed, vector search served alone: {_why(keyword)}"
-            )
-        else:
-            keyword_hits = keyword
-
-        fused = fuse(
-            [Scored(str(h.chunk_id), h.score) for h in dense_hits],
-            [Scored(str(h.chunk_id), h.score) for h in keyword_hits],
-            method=plan.fusion_method,
-            dense_weight=plan.dense_weight,
-            keyword_weight=plan.keyword_weight,
-        )
-        lap("fuse")
         passages: list[Passage] = []
         if fused:
             hydrated = await call(
@@ -205,28 +176,44 @@ class AnswerWorkflow:
         )
         lap("generate")
 
-        if generated is None:
-            text = DEGRADED_REPLY
-            cited_keys = [key for key, _ in kept[:3]]
-            method = "none"
-        else:
+        numbers = {key: n for n, (key, _) in enumerate(kept, start=1)}
+
+        def cite(keys: list[str]) -> list[Citation]:
+            return [
+                Citation(
+                    number=numbers[key],
+                    chunk_id=by_id[key].chunk_id,
+                    document_id=by_id[key].document_id,
+                    source=by_id[key].source,
+                    title=by_id[key].title,
+                    heading_path=by_id[key].heading_path,
+                    char_start=by_id[key].char_start,
+                    char_end=by_id[key].char_end,
+                )
+                for key in keys
+            ]
+
+        text: str
+        method: str
+        if generated is not None:
             text = generated.text.strip()
             cited_keys, method = parse_citations(text, kept)
-        numbers = {key: n for n, (key, _) in enumerate(kept, start=1)}
-        citations = [
-            Citation(
-                number=numbers[key],
-                chunk_id=by_id[key].chunk_id,
-                document_id=by_id[key].document_id,
-                source=by_id[key].source,
-                title=by_id[key].title,
-                heading_path=by_id[key].heading_path,
-                char_start=by_id[key].char_start,
-                char_end=by_id[key].char_end,
-            )
-            for key in cited_keys
-        ]
+            citations = cite(cited_keys)
+        else:
+            cached = await self._cached(request, degradations) if plan.cache_answers else None
+            if cached is not None:
+                # The cached run's citations, numbered as in that run's prompt.
+                route, model, text, citations, method = (
+                    "cached_answer", cached.model, cached.answer, cached.citations, "cached"
+                )  # fmt: skip
+                degradations.append(f"served the cached answer of run {cached.trace_id}")
+            else:
+                text, method = DEGRADED_REPLY, "none"
+                citations = cite([key for key, _ in kept[:3]])
         lap("parse")
+        if generated is not None and plan.cache_answers and text:
+            await self._store(request, trace_id, text, citations, model, degradations)
+            lap("cache")
         return Answer(
             trace_id=trace_id,
             question=request.question,
@@ -236,7 +223,7 @@ class AnswerWorkflow:
             citation_method=method,  # type: ignore[arg-type]
             model=model,
             route=route,  # type: ignore[arg-type]
-            retrieval=retrieval,  # type: ignore[arg-type]
+            retrieval=found.retrieval,
             reranked=reranked,
             context=[
                 ContextPassage(number=n, chunk_id=by_id[key].chunk_id, score=by_id[key].score)
@@ -250,30 +237,70 @@ class AnswerWorkflow:
             ),
         )
 
-    async def _vector(
-        self, tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
-    ) -> list[VectorHit]:
-        embedded = await call(
-            EmbeddingActivities.embed_query, EmbedQueryInput(text=query), summary="embed the query"
-        )
-        found = await call(
-            VectorIndexActivities.vector_search,
-            VectorSearchInput(
-                tenant=tenant, vector=embedded.vector, limit=limit, document_ids=document_ids
-            ),
-            summary=f"vector search, top {limit}",
-        )
-        return found.hits
+    async def _llm_rewrite(
+        self, request: AskRequest, model: str, rules_query: str, degradations: list[str]
+    ) -> str:
+        try:
+            rewritten = await call(
+                InferenceActivities.rewrite_query,
+                RewriteInput(trace_id=workflow.info().workflow_id, question=request.question),
+                summary=f"rewrite the question for search with {model}",
+                task_queue=policies.llm_queue(model),
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"LLM query rewrite failed, rules used: {describe(err)}")
+            return rules_query
+        return rewritten.query
 
-    async def _keyword(
-        self, tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
-    ) -> list[VectorHit]:
-        found = await call(
-            DocumentActivities.keyword_search,
-            KeywordSearchInput(tenant=tenant, query=query, limit=limit, document_ids=document_ids),
-            summary=f"keyword search (Postgres full text), top {limit}",
-        )
-        return found.hits
+    async def _store(
+        self,
+        request: AskRequest,
+        trace_id: str,
+        text: str,
+        citations: list[Citation],
+        model: str,
+        degradations: list[str],
+    ) -> None:
+        try:
+            await call(
+                AnswerCacheActivities.store_answer,
+                StoreAnswerInput(
+                    tenant=request.tenant,
+                    question=request.question,
+                    document_ids=request.document_ids,
+                    trace_id=trace_id,
+                    answer=text,
+                    citations=citations,
+                    model=model,
+                ),
+                summary="keep the answer for the LLM fallback path",
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"answer not cached: {describe(err)}")
+
+    async def _cached(
+        self, request: AskRequest, degradations: list[str]
+    ) -> CachedAnswerOutput | None:
+        try:
+            found = await call(
+                AnswerCacheActivities.lookup_cached_answer,
+                CacheKeyInput(
+                    tenant=request.tenant,
+                    question=request.question,
+                    document_ids=request.document_ids,
+                ),
+                summary="look for a cached answer to this question and corpus version",
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"answer cache unavailable: {describe(err)}")
+            return None
+        return found if found.found else None
 
     async def _generate(
         self,
@@ -302,9 +329,3 @@ class AnswerWorkflow:
                     raise
                 degradations.append(f"generation on {name} failed: {describe(err)}")
         return None, "default_reply", ""
-
-
-def _why(error: BaseException) -> str:
-    if isinstance(error, ActivityError):
-        return describe(error)
-    return f"{type(error).__name__}: {error}"

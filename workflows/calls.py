@@ -48,6 +48,15 @@ async def call(
     `task_queue` is for activities whose queue is chosen per call (an LLM model's queue).
     """
     policy = policies.policy_for(method.__name__)
+    if policy.local:
+        return await workflow.execute_local_activity_method(
+            method,
+            arg,
+            start_to_close_timeout=policy.start_to_close,
+            schedule_to_close_timeout=policy.schedule_to_close,
+            retry_policy=policy.retry,
+            summary=summary,
+        )
     if task_queue is None:
         task_queue = policies.queue_name(policy.queue)
     return await workflow.execute_activity_method(

@@ -1,34 +1,27 @@
 """SearchWorkflow: a question in, the best passages out, with per-step timings.
 
-embed the query -> vector search (over-fetching) -> hydrate from Postgres (drops stale points).
-The answer workflow builds on the same steps.
+hybrid retrieval (workflows/retrieve.py) -> hydrate from Postgres (drops stale points).
+The answer workflow builds on the same steps; `mode` lets evaluations compare the retrievers.
 """
 
 from __future__ import annotations
+
+import uuid
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.documents import DocumentActivities
-    from activities.embedding import EmbeddingActivities
-    from activities.vector_index import VectorIndexActivities
-    from schemas.search import (
-        EmbedQueryInput,
-        HydrateInput,
-        SearchRequest,
-        SearchResponse,
-        VectorSearchInput,
-    )
+    from schemas.search import HydrateInput, SearchResponse, SearchWorkflowInput, VectorHit
     from workflows.calls import call
-
-# Index hits of superseded versions are dropped by hydration; over-fetch so top_k survive.
-OVERFETCH = 3
+    from workflows.retrieve import retrieve
 
 
 @workflow.defn
 class SearchWorkflow:
     @workflow.run
-    async def run(self, request: SearchRequest) -> SearchResponse:
+    async def run(self, wf_input: SearchWorkflowInput) -> SearchResponse:
+        request, plan = wf_input.request, wf_input.plan
         timings: dict[str, float] = {}
         clock = workflow.time()
 
@@ -38,32 +31,28 @@ class SearchWorkflow:
             timings[step] = round((now - clock) * 1000, 1)
             clock = now
 
-        embedded = await call(
-            EmbeddingActivities.embed_query,
-            EmbedQueryInput(text=request.query),
-            summary="embed the query",
+        found = await retrieve(
+            request.tenant, request.query, plan, request.document_ids, request.mode
         )
-        lap("embed_query")
-        found = await call(
-            VectorIndexActivities.vector_search,
-            VectorSearchInput(
-                tenant=request.tenant,
-                vector=embedded.vector,
-                limit=request.top_k * OVERFETCH,
-                document_ids=request.document_ids,
-            ),
-            summary=f"vector search, top {request.top_k * OVERFETCH}",
-        )
-        lap("vector_search")
-        hydrated = await call(
-            DocumentActivities.hydrate_hits,
-            HydrateInput(tenant=request.tenant, hits=found.hits, limit=request.top_k),
-            summary="resolve hits against active versions in Postgres",
-        )
+        lap("retrieve")
+        passages = []
+        if found.fused:
+            hydrated = await call(
+                DocumentActivities.hydrate_hits,
+                HydrateInput(
+                    tenant=request.tenant,
+                    hits=[VectorHit(chunk_id=uuid.UUID(s.key), score=s.score) for s in found.fused],
+                    limit=request.top_k,
+                ),
+                summary=f"load the top {request.top_k} passages from Postgres",
+            )
+            passages = hydrated.passages
         lap("hydrate")
         return SearchResponse(
             trace_id=workflow.info().workflow_id,
             query=request.query,
-            passages=hydrated.passages,
+            passages=passages,
+            retrieval=found.retrieval,
+            degradations=found.degradations,
             timings_ms=timings,
         )

@@ -91,3 +91,15 @@ def test_override_of_an_unknown_activity_is_an_error() -> None:
 def test_policy_override_values_are_validated() -> None:
     with pytest.raises(ValueError):
         Settings(activity_policies={"stage_batch": {"maximum_attempts": -1}})
+
+
+def test_local_activities_run_where_the_workflows_run() -> None:
+    """A local activity runs in the worker of the calling workflow: the orchestrator's."""
+    source = inspect.getsource(orchestrator.build_worker)
+    local = [name for name, policy in policies.DECLARED.items() if policy.local]
+    assert local, "no local activity declared: the scan is broken"
+    for name in local:
+        policy = policies.DECLARED[name]
+        assert policy.queue is policies.Queue.WORKFLOW, name
+        assert policy.heartbeat is None and policy.schedule_to_start is None, name
+        assert f".{name}," in source, f"{name} is not registered by the orchestrator worker"

@@ -75,3 +75,13 @@ def test_prompt_numbers_passages_and_keyword_query_ors_words() -> None:
     assert "[1] first" in prompt and "[2] second" in prompt and prompt.endswith("Answer:")
     assert keyword_query("Who designed UTF-8?") == "who or designed or utf or 8"
     assert normalize_question("  Who DESIGNED utf-8?? ") == "who designed utf 8"
+
+
+def test_an_llm_rewrite_is_cleaned_and_unusable_ones_fall_back_to_the_question() -> None:
+    from durable_rag.retrieval import clean_rewrite
+
+    question = "Could you tell me who designed UTF-8?"
+    assert clean_rewrite('  "UTF-8 designer"\nextra words', question) == "UTF-8 designer"
+    assert clean_rewrite("Search query: UTF-8 design", question) == "UTF-8 design"
+    assert clean_rewrite("\n\n", question) == question
+    assert clean_rewrite("x" * 500, question) == question

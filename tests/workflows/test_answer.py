@@ -139,7 +139,7 @@ async def test_answer_cites_the_document_it_comes_from(
     assert answer.answer
     assert EXPECTED in cited_files(answer), answer
     assert answer.tokens.prompt > 0 and answer.tokens.completion > 0
-    assert set(answer.timings_ms) >= {"retrieve", "fuse", "hydrate", "assemble", "generate"}
+    assert set(answer.timings_ms) >= {"retrieve", "hydrate", "assemble", "generate", "cache"}
     assert answer.trace_id.startswith("answer-")
 
 
@@ -157,7 +157,7 @@ async def test_vector_index_down_keyword_search_answers(
         engine,
         ingested,
         with_index_worker=False,  # nobody serves the index queue: the vector path times out
-        activity_policies={"embed_query": {"schedule_to_close_seconds": 2}},
+        activity_policies={"dense_search": {"schedule_to_close_seconds": 2}},
     ) as (_stack, rag, _model):
         # Two passages: a 135M model strays easily when given more.
         answer = await rag.ask(
@@ -188,7 +188,7 @@ async def test_keyword_search_failing_vector_search_answers(
     assert EXPECTED in cited_files(answer), answer.model_dump_json(indent=1)
 
 
-async def test_primary_llm_down_the_fallback_model_answers_then_a_default_reply(
+async def test_primary_llm_down_the_fallback_model_then_a_cached_answer_then_a_default_reply(
     client: Client,
     module_database: Database,
     embedder: Embedder,
@@ -213,11 +213,27 @@ async def test_primary_llm_down_the_fallback_model_answers_then_a_default_reply(
         assert answer.route == "fallback_model" and answer.model == model
         assert any("nobody-serves-this" in d for d in answer.degradations)
 
+        # No model answers now: the answer just generated for this question and corpus is served.
         rag.settings = rag.settings.model_copy(update={"llm_fallback_model": ""})
-        answer = await rag.ask(AskRequest(tenant="t", question=QUESTION, max_answer_tokens=32))
-        assert answer.route == "default_reply"
-        assert "degraded" in answer.answer
-        assert answer.citations, "the default reply still points at the passages found"
+        again = await rag.ask(
+            AskRequest(tenant="t", question=f"  {QUESTION.upper()} ", max_answer_tokens=32)
+        )
+        assert again.route == "cached_answer" and again.citation_method == "cached"
+        assert (again.answer, again.citations, again.model) == (
+            answer.answer,
+            answer.citations,
+            answer.model,
+        )
+        assert any(answer.trace_id in d for d in again.degradations)
+        await save_history(client, again.trace_id, "answer-cached")
+
+        # A question never answered before gets the default reply.
+        unseen = await rag.ask(
+            AskRequest(tenant="t", question="Where did the Great Fire of London begin?")
+        )
+        assert unseen.route == "default_reply"
+        assert "degraded" in unseen.answer
+        assert unseen.citations, "the default reply still points at the passages found"
 
 
 async def test_cancelling_an_answer_stops_generation_in_the_engine_within_a_second(
@@ -248,6 +264,37 @@ async def test_cancelling_an_answer_stops_generation_in_the_engine_within_a_seco
         with pytest.raises(WorkflowFailureError):
             await handle.result()
     assert stopped_after < 1.0, f"generation stopped {stopped_after:.2f} s after the cancel"
+
+
+async def test_the_optional_llm_rewrite_runs_on_the_model_queue_and_falls_back_to_rules(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    question = "Could you tell me who designed the UTF-8 encoding?"
+    async with answering(client, module_database, embedder, engine, ingested) as (_, rag, model):
+        rag.settings = rag.settings.model_copy(update={"query_rewrite_model": model})
+        request = AskRequest(tenant="t", question=question, max_answer_tokens=16, top_k=2)
+        handle = await rag.start_ask(request)
+        answer = await handle.result()
+        history = await handle.fetch_history()
+        assert not any("rewrite" in d for d in answer.degradations), answer.degradations
+        assert answer.query and "\n" not in answer.query
+        assert "rewrite_query" in [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+        await save_history(client, answer.trace_id, "answer-llm-rewrite")
+
+        # Nobody serves the rewrite model's queue: after its 2 s schedule-to-start, rules rewrite.
+        rag.settings = rag.settings.model_copy(update={"query_rewrite_model": "nobody-rewrites"})
+        answer = await rag.ask(request)
+    assert any("LLM query rewrite failed" in d for d in answer.degradations), answer.degradations
+    assert answer.query == "who designed the UTF-8 encoding?"
+    assert answer.route == "primary"
 
 
 async def test_an_over_long_question_is_rejected_before_generation(

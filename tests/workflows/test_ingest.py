@@ -108,7 +108,8 @@ async def test_ingest_corpus_is_complete_idempotent_and_versioned(
         assert found.passages[0].source == str(path.resolve()), (
             f"{sentence!r} found {found.passages[0].source} first, not {path}"
         )
-        assert set(found.timings_ms) == {"embed_query", "vector_search", "hydrate"}
+        assert set(found.timings_ms) == {"retrieve", "hydrate"}
+        assert found.retrieval == "hybrid" and not found.degradations
     await save_history(stack.client, found.trace_id, "search")
 
     # Another tenant sees nothing of it.

@@ -1,0 +1,114 @@
+"""Hybrid retrieval, the steps the search and answer workflows share (workflow code, no I/O).
+
+  dense search (index worker: embed + search) || keyword search (Postgres, local activity)
+  -> fuse with the plan's method and weights.
+
+Either retriever failing or timing out leaves the other to serve alone; the result says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.documents import DocumentActivities
+    from activities.vector_index import VectorIndexActivities
+    from durable_rag.retrieval import Scored, fuse
+    from schemas.search import (
+        DenseSearchInput,
+        KeywordSearchInput,
+        RetrievalLabel,
+        RetrievalMode,
+        RetrievalPlan,
+        VectorHit,
+    )
+    from workflows.calls import call, describe, is_cancellation
+
+
+@dataclass
+class Retrieved:
+    fused: list[Scored]
+    retrieval: RetrievalLabel
+    degradations: list[str] = field(default_factory=list)
+
+
+async def retrieve(
+    tenant: str,
+    query: str,
+    plan: RetrievalPlan,
+    document_ids: list[uuid.UUID],
+    mode: RetrievalMode | None = None,
+) -> Retrieved:
+    mode = mode or plan.mode
+    use_dense, use_keyword = mode in ("hybrid", "dense"), mode in ("hybrid", "keyword")
+    dense, keyword = await asyncio.gather(
+        _dense(tenant, query, plan.candidates, document_ids) if use_dense else _nothing(),
+        _keyword(tenant, query, plan.candidates, document_ids) if use_keyword else _nothing(),
+        return_exceptions=True,
+    )
+    for outcome in (dense, keyword):
+        if isinstance(outcome, BaseException) and is_cancellation(outcome):
+            raise outcome
+    degradations: list[str] = []
+    if isinstance(dense, BaseException):
+        degradations.append(f"vector search failed, keyword search served alone: {_why(dense)}")
+        dense = []
+    if isinstance(keyword, BaseException):
+        degradations.append(f"keyword search failed, vector search served alone: {_why(keyword)}")
+        keyword = []
+    served_dense = use_dense and not any(d.startswith("vector") for d in degradations)
+    served_keyword = use_keyword and not any(d.startswith("keyword") for d in degradations)
+    label: RetrievalLabel = (
+        "hybrid"
+        if served_dense and served_keyword
+        else "vector_only"
+        if served_dense
+        else "keyword_only"
+        if served_keyword
+        else "none"
+    )
+    fused = fuse(
+        [Scored(str(h.chunk_id), h.score) for h in dense],
+        [Scored(str(h.chunk_id), h.score) for h in keyword],
+        method=plan.fusion_method,
+        dense_weight=plan.dense_weight,
+        keyword_weight=plan.keyword_weight,
+    )
+    return Retrieved(fused=fused, retrieval=label, degradations=degradations)
+
+
+async def _nothing() -> list[VectorHit]:
+    return []
+
+
+async def _dense(
+    tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
+) -> list[VectorHit]:
+    found = await call(
+        VectorIndexActivities.dense_search,
+        DenseSearchInput(tenant=tenant, query=query, limit=limit, document_ids=document_ids),
+        summary=f"embed the query and search the vector index, top {limit}",
+    )
+    return found.hits
+
+
+async def _keyword(
+    tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
+) -> list[VectorHit]:
+    found = await call(
+        DocumentActivities.keyword_search,
+        KeywordSearchInput(tenant=tenant, query=query, limit=limit, document_ids=document_ids),
+        summary=f"keyword search (Postgres full text), top {limit}",
+    )
+    return found.hits
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, ActivityError):
+        return describe(error)
+    return f"{type(error).__name__}: {error}"

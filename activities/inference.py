@@ -15,8 +15,9 @@ from temporalio.exceptions import ApplicationError
 from durable_rag import policies
 from durable_rag.llm.engine import LLMEngine, PromptTooLongError
 from durable_rag.metrics import STEP_SECONDS
-from durable_rag.retrieval import REWRITE_PROMPT, clean_rewrite
+from durable_rag.retrieval import REWRITE_PROMPT, SUMMARY_PROMPT, clean_rewrite
 from schemas.answer import GenerateInput, GenerateOutput, RewriteInput, RewriteOutput
+from schemas.conversation import SummarizeInput, SummarizeOutput
 
 HEARTBEAT_EVERY_SECONDS = 0.2
 
@@ -89,3 +90,26 @@ class InferenceActivities:
             ) from exc
         STEP_SECONDS.labels("rewrite").observe(result.seconds)
         return RewriteOutput(query=clean_rewrite(result.text, request.question), model=result.model)
+
+    @activity.defn
+    async def summarize(self, request: SummarizeInput) -> SummarizeOutput:
+        """Fold turns into a conversation's rolling summary."""
+        transcript = "\n".join(f"{t.role}: {t.text}" for t in request.turns)
+        previous = request.previous_summary or "(none)"
+        messages = [
+            {"role": "system", "content": SUMMARY_PROMPT},
+            {
+                "role": "user",
+                "content": f"Summary so far:\n{previous}\n\nNew turns:\n{transcript}\n\n"
+                "Updated summary:",
+            },
+        ]
+        request_id = f"{request.trace_id}-summary-{activity.info().attempt}"
+        try:
+            result = await self.engine.generate(messages, request.max_tokens, request_id)
+        except PromptTooLongError as exc:
+            raise ApplicationError(
+                str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
+            ) from exc
+        STEP_SECONDS.labels("summarize").observe(result.seconds)
+        return SummarizeOutput(summary=result.text.strip(), model=result.model)

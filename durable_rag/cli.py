@@ -16,6 +16,7 @@ from durable_rag.settings import Settings
 
 if TYPE_CHECKING:
     from durable_rag.client import RagClient
+    from schemas.answer import Answer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console()
@@ -273,6 +274,134 @@ def ask(
             console.print(f"  [yellow]degraded[/yellow] {note}")
         steps = ", ".join(f"{k} {v:.0f} ms" for k, v in answer.timings_ms.items())
         console.print(f"timings: {steps}\nrun: {_ui_link(settings, answer.trace_id)}")
+
+    asyncio.run(run())
+
+
+def _print_answer_body(answer: Answer) -> None:
+    console.print(f"{answer.answer}\n")
+    for c in answer.citations:
+        console.print(
+            f"  [{c.number}] {c.title} › {c.heading_path}\n      {c.source}:{c.char_start}-{c.char_end}"
+        )
+    for note in answer.degradations:
+        console.print(f"  [yellow]degraded[/yellow] {note}")
+
+
+@app.command()
+def chat(
+    conversation: Annotated[
+        str | None,
+        typer.Option("--conversation", "-c", help="Conversation id; a new one when omitted."),
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
+    message: Annotated[
+        list[str] | None,
+        typer.Option("--message", "-m", help="Send these messages instead of reading stdin."),
+    ] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Answer length bound.")] = 256,
+) -> None:
+    """Talk with the documents: one conversation, turn after turn, history kept in Postgres."""
+    import uuid
+
+    from schemas.conversation import ChatRequest
+
+    settings = _settings()
+    conversation_id = conversation or f"chat-{uuid.uuid4().hex[:12]}"
+    tenant_name = tenant or settings.default_tenant
+    try:
+        ChatRequest(
+            tenant=tenant_name,
+            conversation_id=conversation_id,
+            message="?",
+            max_answer_tokens=max_tokens,
+        )
+        for text in message or []:
+            ChatRequest(tenant=tenant_name, conversation_id=conversation_id, message=text)
+    except ValidationError as exc:
+        _usage_error(_first_error(exc))
+
+    async def run() -> None:
+        from temporalio.client import WorkflowUpdateFailedError
+
+        from workflows.conversation import conversation_workflow_id
+
+        rag = await _connect(settings)
+        workflow_id = conversation_workflow_id(tenant_name, conversation_id)
+        console.print(
+            f"conversation [bold]{conversation_id}[/bold] "
+            f"(run: {_ui_link(settings, workflow_id)}); an empty line ends it"
+        )
+        interactive = message is None
+        pending = list(message or [])
+        while True:
+            if interactive:
+                try:
+                    text = console.input("[bold]you>[/bold] ").strip()
+                except EOFError:
+                    break
+            elif pending:
+                text = pending.pop(0)
+                console.print(f"[bold]you>[/bold] {text}")
+            else:
+                break
+            if not text:
+                break
+            try:
+                reply = await rag.chat(
+                    conversation_id, text, tenant=tenant_name, max_answer_tokens=max_tokens
+                )
+            except ValueError as exc:
+                _usage_error(str(exc))
+            except WorkflowUpdateFailedError as exc:
+                _fail(_root_cause(exc))
+            console.print("[bold]assistant>[/bold] ", end="")
+            _print_answer_body(reply.answer)
+        console.print(f"history: durable-rag history {conversation_id}")
+
+    asyncio.run(run())
+
+
+@app.command()
+def history(
+    conversation: Annotated[str, typer.Argument(help="Conversation id.")],
+    tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
+    delete: Annotated[
+        bool, typer.Option("--delete", help="Delete the conversation, its turns and summaries.")
+    ] = False,
+) -> None:
+    """Show a stored conversation turn by turn, or delete it."""
+    from schemas.conversation import ConversationKey
+
+    settings = _settings()
+    try:
+        key = ConversationKey(
+            tenant=tenant or settings.default_tenant, conversation_id=conversation
+        )
+    except ValidationError as exc:
+        _usage_error(_first_error(exc))
+
+    async def run() -> None:
+        rag = await _connect(settings)
+        if delete:
+            removed = await rag.delete_conversation(key.conversation_id, key.tenant)
+            console.print(f"deleted conversation {conversation}: {removed} turn(s)")
+            return
+        stored = await rag.history(key.conversation_id, key.tenant)
+        if stored is None:
+            _usage_error(f"no conversation {conversation!r} for tenant {key.tenant!r}")
+        console.print(f"[bold]{stored.title}[/bold]  ({len(stored.turns)} turns)")
+        if stored.summary:
+            console.print(
+                f"summary through turn {stored.summarized_through}: [italic]{stored.summary}[/italic]"
+            )
+        for turn in stored.turns:
+            cited = " ".join(f"[{c.number}] {c.title}" for c in turn.citations)
+            console.print(f"\n{turn.ordinal:>3} {turn.role}: {turn.text}")
+            if cited:
+                console.print(f"      cites {cited}")
+            if turn.trace_id:
+                console.print(f"      run {turn.trace_id}, model {turn.model}")
 
     asyncio.run(run())
 

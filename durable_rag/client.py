@@ -14,12 +14,23 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
+from activities.history import read_history
 from durable_rag import ids
+from durable_rag.db import make_sessionmaker
 from durable_rag.settings import Settings
 from schemas.answer import Answer, AnswerPlan, AnswerWorkflowInput, AskRequest
+from schemas.conversation import (
+    ChatReply,
+    ChatRequest,
+    ChatUpdate,
+    ConversationHistory,
+    ConversationInput,
+    ConversationKey,
+    WindowPlan,
+)
 from schemas.ingest import IngestProgress, IngestRequest, IngestResult, IngestWorkflowInput
 from schemas.search import (
     RetrievalMode,
@@ -30,6 +41,7 @@ from schemas.search import (
 )
 from workers.common import connect
 from workflows.answer import AnswerWorkflow
+from workflows.conversation import ConversationWorkflow, conversation_workflow_id
 from workflows.ingest import IngestWorkflow
 from workflows.search import SearchWorkflow
 
@@ -159,3 +171,85 @@ class RagClient:
     async def ask(self, request: AskRequest, trace_id: str | None = None) -> Answer:
         handle = await self.start_ask(request, trace_id)
         return await handle.result()
+
+    # --- conversations ----------------------------------------------------------------------------
+
+    def conversation_input(self, tenant: str, conversation_id: str) -> ConversationInput:
+        s = self.settings
+        return ConversationInput(
+            tenant=tenant,
+            conversation_id=conversation_id,
+            plan=self.answer_plan(AskRequest(tenant=tenant, question="?")),
+            window=WindowPlan(
+                history_tokens=s.conversation_history_tokens,
+                summary_tokens=s.conversation_summary_tokens,
+                summary_model=s.conversation_summary_model or s.llm_name,
+                idle_seconds=s.conversation_idle_seconds,
+                turns_per_run=s.conversation_turns_per_run,
+            ),
+        )
+
+    def _conversation_start(self, tenant: str, conversation_id: str) -> WithStartWorkflowOperation:
+        return WithStartWorkflowOperation(
+            ConversationWorkflow.run,
+            self.conversation_input(tenant, conversation_id),
+            id=conversation_workflow_id(tenant, conversation_id),
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            task_queue=self.settings.workflow_task_queue,
+            static_summary=f"conversation {conversation_id} of tenant {tenant}",
+        )
+
+    async def chat(
+        self,
+        conversation_id: str,
+        message: str,
+        tenant: str | None = None,
+        message_id: str | None = None,
+        top_k: int = 5,
+        max_answer_tokens: int = 256,
+    ) -> ChatReply:
+        """Send one message; the conversation's workflow starts if it is not running. Messages
+        to one conversation are applied one at a time, in order. A retried call with the same
+        `message_id` is applied once."""
+        request = ChatRequest(
+            tenant=tenant or self.settings.default_tenant,
+            conversation_id=conversation_id,
+            message=message,
+            message_id=message_id or uuid.uuid4().hex,
+            top_k=top_k,
+            max_answer_tokens=max_answer_tokens,
+        )
+        self.answer_plan(
+            AskRequest(tenant=request.tenant, question="?", max_answer_tokens=max_answer_tokens)
+        )  # the same limits as ask, checked before anything starts
+        return await self.client.execute_update_with_start_workflow(
+            ConversationWorkflow.send,
+            ChatUpdate(request=request),
+            start_workflow_operation=self._conversation_start(request.tenant, conversation_id),
+            id=request.message_id,
+        )
+
+    async def history(
+        self, conversation_id: str, tenant: str | None = None
+    ) -> ConversationHistory | None:
+        """The stored conversation (Postgres is the record), or None."""
+        key = ConversationKey(
+            tenant=tenant or self.settings.default_tenant, conversation_id=conversation_id
+        )
+        sessions = make_sessionmaker(self.settings.sqlalchemy_url)
+        try:
+            with sessions() as session:
+                return read_history(session, key)
+        finally:
+            sessions.kw["bind"].dispose()
+
+    async def delete_conversation(self, conversation_id: str, tenant: str | None = None) -> int:
+        """Delete a conversation with its turns and summaries (after any turn in flight);
+        returns the number of turns removed."""
+        key = ConversationKey(
+            tenant=tenant or self.settings.default_tenant, conversation_id=conversation_id
+        )
+        return await self.client.execute_update_with_start_workflow(
+            ConversationWorkflow.delete,
+            start_workflow_operation=self._conversation_start(key.tenant, conversation_id),
+        )

@@ -129,6 +129,64 @@ class CachedAnswer(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+class Conversation(Base):
+    """A conversation: the record of its turns and summaries (R16, R17). The conversation
+    workflow only caches it; deleting the row deletes its turns and summaries."""
+
+    __tablename__ = "conversations"
+    __table_args__ = (
+        UniqueConstraint("tenant", "external_id", name="uq_conversations_tenant_external_id"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)  # ids.conversation_id(tenant, ext)
+    tenant: Mapped[str] = mapped_column(String(64), index=True)
+    external_id: Mapped[str] = mapped_column(String(128))
+    title: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
+class Turn(Base):
+    __tablename__ = "turns"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "ordinal", name="uq_turns_conversation_ordinal"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    ordinal: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))  # user | assistant
+    text: Mapped[str] = mapped_column(Text)
+    message_id: Mapped[str] = mapped_column(String(128), default="")
+    citations: Mapped[list[dict[str, object]]] = mapped_column(JSONB, default=list)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    trace_id: Mapped[str] = mapped_column(String(256), default="")
+    model: Mapped[str] = mapped_column(String(128), default="")
+    degradations: Mapped[list[str]] = mapped_column(JSONB, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Summary(Base):
+    """A rolling summary: the text folds every turn up to `summarized_through`."""
+
+    __tablename__ = "summaries"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    text: Mapped[str] = mapped_column(Text)
+    # The user's own statements, verbatim (durable_rag/memory.py): no model rewrites them.
+    facts: Mapped[list[str]] = mapped_column(JSONB, default=list)
+    summarized_through: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
 

@@ -31,3 +31,7 @@ def slug(text: str, length: int = 40) -> str:
     """A readable fragment for workflow ids: lowercase letters, digits and dashes."""
     cleaned = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     return cleaned[:length].strip("-") or "x"
+
+
+def conversation_id(tenant: str, conversation: str) -> uuid.UUID:
+    return uuid.uuid5(_NAMESPACE, f"conversation\x00{tenant}\x00{conversation}")

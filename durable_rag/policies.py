@@ -45,6 +45,11 @@ class Fallback(StrEnum):
     )
     KEEP_ORDER = "keep the retrieval order and report the degradation"
     RULES_REWRITE = "use the rule-based rewrite of the question and report the degradation"
+    FAIL_TURN = "fail this turn: the caller gets the error; the stored turns stay as they were"
+    KEEP_TURNS = (
+        "keep the turns verbatim (the prompt is trimmed oldest-first to its budget) and try "
+        "summarizing again after the next turn"
+    )
     DEFAULT_REPLY = "the default reply that says the service is degraded"
     NOT_CACHED = "return the answer uncached; a later LLM outage finds no cached answer for it"
     SKIP = (
@@ -194,6 +199,47 @@ DECLARED: dict[str, ActivityPolicy] = {
         retry=_retry(initial=0.2, maximum=1, attempts=2),
         fallback=Fallback.NOT_CACHED,
         expected_latency="~5 ms (one upsert)",
+    ),
+    # --- conversations ------------------------------------------------------------------------
+    "load_conversation": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        local=True,
+        start_to_close=timedelta(seconds=5),
+        retry=_retry(initial=0.2, maximum=2, attempts=5),
+        fallback=Fallback.FAIL_TURN,
+        expected_latency="~5 ms (summary + recent turns)",
+    ),
+    "append_turn": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        local=True,
+        start_to_close=timedelta(seconds=5),
+        retry=_retry(initial=0.2, maximum=5, attempts=10),
+        fallback=Fallback.FAIL_TURN,
+        expected_latency="~5 ms (one idempotent insert)",
+    ),
+    "save_summary": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        local=True,
+        start_to_close=timedelta(seconds=5),
+        retry=_retry(initial=0.2, maximum=2, attempts=5),
+        fallback=Fallback.KEEP_TURNS,
+        expected_latency="~5 ms",
+    ),
+    "summarize": ActivityPolicy(
+        queue=Queue.LLM,
+        start_to_close=timedelta(seconds=60),
+        schedule_to_start=timedelta(seconds=30),
+        retry=_retry(initial=1, maximum=10, attempts=3),
+        fallback=Fallback.KEEP_TURNS,
+        expected_latency="CPU SmolLM2 ~5-20 s for 128 tokens; GPU < 1 s",
+    ),
+    "delete_conversation": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        local=True,
+        start_to_close=timedelta(seconds=10),
+        retry=_retry(initial=0.2, maximum=2, attempts=5),
+        fallback=Fallback.FAIL_FLOW,
+        expected_latency="~10 ms",
     ),
     "hydrate_hits": ActivityPolicy(
         queue=Queue.WORKFLOW,

@@ -118,6 +118,13 @@ REWRITE_PROMPT = (
 )
 
 
+SUMMARY_PROMPT = (
+    "You keep the memory of a conversation. Merge the summary so far with the new turns into one "
+    "short summary. Keep every name, number, date and fact the user stated, and what was "
+    "answered. Write plain sentences, no preamble."
+)
+
+
 def clean_rewrite(text: str, question: str) -> str:
     """The model's rewrite, or the question itself when the model returned nothing usable."""
     lines = [line.strip().strip("\"'`").strip() for line in text.strip().splitlines()]

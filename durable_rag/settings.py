@@ -283,6 +283,32 @@ class Settings(BaseSettings):
         default=5, ge=1, le=50, description="Most passages placed in the prompt."
     )
 
+    # --- conversations ------------------------------------------------------------------------
+    conversation_history_tokens: int = Field(
+        default=600,
+        ge=64,
+        le=1_000_000,
+        description="Prompt budget for a conversation's history: rolling summary + recent turns.",
+    )
+    conversation_summary_tokens: int = Field(
+        default=160,
+        ge=16,
+        le=100_000,
+        description="Longest summary; turns are folded once the verbatim ones outgrow "
+        "history minus summary tokens.",
+    )
+    conversation_summary_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of the model that summarizes; empty: the primary model.",
+    )
+    conversation_idle_seconds: float = Field(
+        default=900, ge=1, le=30 * 86_400, description="A conversation workflow closes after it."
+    )
+    conversation_turns_per_run: int = Field(
+        default=100, ge=2, le=10_000, description="Turns before the workflow continues-as-new."
+    )
+
     # --- activities -------------------------------------------------------------------------
     activity_policies: dict[str, ActivityPolicyOverride] = Field(
         default_factory=dict,
@@ -308,6 +334,16 @@ class Settings(BaseSettings):
     def _check_production(self) -> Settings:
         if self.profile == "production" and not self.database_url:
             raise ValueError("production profile needs DURABLE_RAG_DATABASE_URL")
+        if self.conversation_summary_tokens * 2 > self.conversation_history_tokens:
+            raise ValueError(
+                "conversation_summary_tokens must be at most half of conversation_history_tokens "
+                "(the rest holds the recent turns verbatim)"
+            )
+        if self.conversation_history_tokens >= self.llm_max_model_len // 2:
+            raise ValueError(
+                "conversation_history_tokens must be under half of llm_max_model_len, so the "
+                "passages and the answer still fit"
+            )
         return self
 
     # --- derived values ---------------------------------------------------------------------

@@ -49,9 +49,23 @@ class AnswerPlan(Contract):
     rerank_candidates: int = Field(default=10, ge=1, le=100)
 
 
+class ChatMessage(Contract):
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(max_length=1_000_000)
+
+
+class ConversationWindow(Contract):
+    """The history a conversation turn carries into its prompt: the rolling summary and the
+    most recent turns verbatim, already cut to the window's token budget."""
+
+    summary: str = Field(default="", max_length=100_000)
+    turns: list[ChatMessage] = Field(default_factory=list, max_length=1_000)
+
+
 class AnswerWorkflowInput(Contract):
     request: AskRequest
     plan: AnswerPlan
+    history: ConversationWindow | None = None
 
 
 class Citation(Contract):
@@ -107,11 +121,6 @@ class RerankInput(Contract):
 
 class RerankOutput(Contract):
     scores: list[float]
-
-
-class ChatMessage(Contract):
-    role: Literal["system", "user", "assistant"]
-    content: str = Field(max_length=1_000_000)
 
 
 class GenerateInput(Contract):

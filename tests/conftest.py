@@ -32,6 +32,8 @@ from durable_rag import policies
 from durable_rag.db import make_sessionmaker
 from durable_rag.embedding import Embedder, load_embedder
 from durable_rag.index import VectorIndex, open_index
+from durable_rag.llm.engine import EngineConfig, VllmEngine
+from durable_rag.llm.models import PACKAGED_SMOLLM2, resolve_generator
 from durable_rag.settings import PACKAGED_MINILM, Settings
 from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate
 from workers.common import connect
@@ -102,6 +104,28 @@ async def client(temporal_server: TemporalDevServer) -> Client:
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     return load_embedder(PACKAGED_MINILM, "cpu", max_length=512, batch_size=32)
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
+    """One vLLM (CPU) engine on the packaged SmolLM2 for the whole session: it takes ~50 s to
+    start and most of a GiB; every test that generates shares it."""
+    settings = Settings()
+    model = resolve_generator(PACKAGED_SMOLLM2, settings.data_dir.resolve())
+    engine = VllmEngine(
+        EngineConfig(
+            model=model,
+            served_name=settings.llm_name,
+            max_model_len=settings.llm_max_model_len,
+            max_num_seqs=4,
+            gpu_memory_utilization=settings.llm_gpu_memory_utilization,
+            tensor_parallel_size=1,
+            dtype="float32",
+            enforce_eager=True,
+        )
+    )
+    yield engine
+    engine.close()
 
 
 def make_settings(**overrides: Any) -> Settings:

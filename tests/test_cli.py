@@ -19,6 +19,9 @@ runner = CliRunner()
         (["search", "hello", "--top-k", "0"], "top_k"),
         (["search", "hello", "--tenant", "bad tenant"], "tenant"),
         (["search", "hello", "--mode", "fuzzy"], "mode"),
+        (["chat", "--conversation", "has spaces", "-m", "hi"], "conversation_id"),
+        (["chat", "-m", ""], "message"),
+        (["history", "bad id!"], "conversation_id"),
         (["worker", "gpu-thing"], "unknown worker kind"),
     ],
 )

@@ -61,7 +61,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or policies.llm_queue(engine.model_name),
-        activities=[inference.generate, inference.rewrite_query],
+        activities=[inference.generate, inference.rewrite_query, inference.summarize],
         max_concurrent_activities=settings.llm_max_concurrent_generations,
         # Heartbeats are how a cancellation reaches a running generation: send them often.
         max_heartbeat_throttle_interval=timedelta(milliseconds=200),

@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from activities.answer_cache import AnswerCacheActivities
 from activities.documents import DocumentActivities
+from activities.history import HistoryActivities
 from durable_rag import policies
 from durable_rag.db import make_sessionmaker
 from durable_rag.embedding import load_tokenizer
@@ -24,10 +25,11 @@ from durable_rag.logs import setup_logging
 from durable_rag.settings import Settings
 from workers.common import connect, make_runtime, run_until_signalled
 from workflows.answer import AnswerWorkflow
+from workflows.conversation import ConversationWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.search import SearchWorkflow
 
-WORKFLOWS = [IngestWorkflow, SearchWorkflow, AnswerWorkflow]
+WORKFLOWS = [IngestWorkflow, SearchWorkflow, AnswerWorkflow, ConversationWorkflow]
 log = logging.getLogger(__name__)
 
 
@@ -47,6 +49,7 @@ def build_worker(
         max_document_bytes=settings.max_document_bytes,
     )
     cache = AnswerCacheActivities(sessions)
+    history = HistoryActivities(sessions)
     return Worker(
         client,
         task_queue=task_queue or settings.workflow_task_queue,
@@ -60,6 +63,10 @@ def build_worker(
             documents.keyword_search,
             cache.lookup_cached_answer,
             cache.store_answer,
+            history.load_conversation,
+            history.append_turn,
+            history.save_summary,
+            history.delete_conversation,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.worker_max_concurrent_activities,

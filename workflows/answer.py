@@ -148,7 +148,14 @@ class AnswerWorkflow:
                 reranked = True
             lap("rerank")
 
-        prompt_budget = plan.context_tokens - question_tokens
+        history = wf_input.history
+        history_tokens = (
+            estimate_tokens(history.summary)
+            + sum(estimate_tokens(t.content) for t in history.turns)
+            if history
+            else 0
+        )
+        prompt_budget = plan.context_tokens - question_tokens - history_tokens
         # Rank, not raw score, decides what goes first: reranked and fused scores don't compare.
         ranked = passages[: request.top_k]
         kept, dropped = assemble_context(
@@ -161,9 +168,10 @@ class AnswerWorkflow:
         by_id = {str(p.chunk_id): p for p in passages}
         lap("assemble")
 
-        prompt = build_prompt(request.question, kept)
+        prompt = build_prompt(request.question, kept, history.summary if history else "")
         messages = [
             ChatMessage(role="system", content=SYSTEM_PROMPT),
+            *(history.turns if history else []),
             ChatMessage(role="user", content=prompt),
         ]
         generated, route, model = await self._generate(

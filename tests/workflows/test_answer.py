@@ -21,8 +21,7 @@ from temporalio.exceptions import ApplicationError
 from durable_rag import policies
 from durable_rag.client import RagClient
 from durable_rag.embedding import Embedder
-from durable_rag.llm.engine import EngineConfig, VllmEngine
-from durable_rag.llm.models import PACKAGED_SMOLLM2, resolve_generator
+from durable_rag.llm.engine import VllmEngine
 from durable_rag.rerank import PACKAGED_RERANKER, load_reranker
 from durable_rag.settings import Settings
 from durable_rag.stack import EmbeddedPostgres
@@ -43,26 +42,6 @@ DOCUMENTS = [
 ]
 QUESTION = "Who designed the UTF-8 encoding?"
 EXPECTED = "unicode-and-utf-8.md"
-
-
-@pytest.fixture(scope="session")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
-    settings = Settings()
-    model = resolve_generator(PACKAGED_SMOLLM2, settings.data_dir.resolve())
-    engine = VllmEngine(
-        EngineConfig(
-            model=model,
-            served_name=settings.llm_name,
-            max_model_len=settings.llm_max_model_len,
-            max_num_seqs=4,
-            gpu_memory_utilization=settings.llm_gpu_memory_utilization,
-            tensor_parallel_size=1,
-            dtype="float32",
-            enforce_eager=True,
-        )
-    )
-    yield engine
-    engine.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,165 @@
+"""Conversation history activities: Postgres is the record of turns and summaries (R16, R17).
+
+Writes are idempotent: a turn is keyed by (conversation, ordinal), so an activity retried after a
+crash inserts nothing twice.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+
+from durable_rag import ids
+from durable_rag.db import Conversation, Summary, Turn
+from durable_rag.memory import render_summary
+from schemas.answer import Citation
+from schemas.conversation import (
+    AppendTurnInput,
+    ConversationHistory,
+    ConversationKey,
+    LoadedConversation,
+    SaveSummaryInput,
+    StoredTurn,
+    TurnMessage,
+)
+
+TITLE_CHARS = 80
+
+
+def read_history(session: Session, key: ConversationKey) -> ConversationHistory | None:
+    """The whole stored conversation, oldest turn first; None if there is none."""
+    conversation = session.get(Conversation, ids.conversation_id(key.tenant, key.conversation_id))
+    if conversation is None:
+        return None
+    summary = _latest_summary(session, conversation.id)
+    turns = session.scalars(
+        select(Turn).where(Turn.conversation_id == conversation.id).order_by(Turn.ordinal)
+    ).all()
+    return ConversationHistory(
+        tenant=key.tenant,
+        conversation_id=key.conversation_id,
+        title=conversation.title,
+        summary=render_summary(summary.facts, summary.text) if summary else "",
+        summarized_through=summary.summarized_through if summary else -1,
+        turns=[
+            StoredTurn(
+                ordinal=t.ordinal,
+                role=t.role,  # type: ignore[arg-type]
+                text=t.text,
+                citations=[Citation.model_validate(c) for c in t.citations],
+                trace_id=t.trace_id,
+                model=t.model,
+                degradations=list(t.degradations),
+                prompt_tokens=t.prompt_tokens,
+                completion_tokens=t.completion_tokens,
+                created_at=t.created_at,
+            )
+            for t in turns
+        ],
+    )
+
+
+def _latest_summary(session: Session, conversation: object) -> Summary | None:
+    return session.scalars(
+        select(Summary)
+        .where(Summary.conversation_id == conversation)
+        .order_by(Summary.summarized_through.desc())
+        .limit(1)
+    ).first()
+
+
+class HistoryActivities:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+
+    @activity.defn
+    def load_conversation(self, key: ConversationKey) -> LoadedConversation:
+        """The summary and the turns after it: what a prompt needs, not the whole history."""
+        conversation_id = ids.conversation_id(key.tenant, key.conversation_id)
+        with self.sessions() as session:
+            if session.get(Conversation, conversation_id) is None:
+                return LoadedConversation(exists=False)
+            summary = _latest_summary(session, conversation_id)
+            through = summary.summarized_through if summary else -1
+            turns = session.scalars(
+                select(Turn)
+                .where(Turn.conversation_id == conversation_id, Turn.ordinal > through)
+                .order_by(Turn.ordinal)
+            ).all()
+            last = session.scalar(
+                select(func.max(Turn.ordinal)).where(Turn.conversation_id == conversation_id)
+            )
+        return LoadedConversation(
+            exists=True,
+            summary=summary.text if summary else "",
+            facts=list(summary.facts) if summary else [],
+            summarized_through=through,
+            turns=[
+                TurnMessage(ordinal=t.ordinal, role=t.role, text=t.text)  # type: ignore[arg-type]
+                for t in turns
+            ],
+            next_ordinal=(last + 1) if last is not None else 0,
+        )
+
+    @activity.defn
+    def append_turn(self, request: AppendTurnInput) -> None:
+        conversation_id = ids.conversation_id(request.tenant, request.conversation_id)
+        with self.sessions.begin() as session:
+            session.execute(
+                insert(Conversation)
+                .values(
+                    id=conversation_id,
+                    tenant=request.tenant,
+                    external_id=request.conversation_id,
+                    title=" ".join(request.text.split())[:TITLE_CHARS],
+                )
+                .on_conflict_do_update(index_elements=["id"], set_={"updated_at": func.now()})
+            )
+            session.execute(
+                insert(Turn)
+                .values(
+                    conversation_id=conversation_id,
+                    ordinal=request.ordinal,
+                    role=request.role,
+                    text=request.text,
+                    message_id=request.message_id,
+                    citations=[c.model_dump(mode="json") for c in request.citations],
+                    prompt_tokens=request.prompt_tokens,
+                    completion_tokens=request.completion_tokens,
+                    trace_id=request.trace_id,
+                    model=request.model,
+                    degradations=request.degradations,
+                )
+                .on_conflict_do_nothing(constraint="uq_turns_conversation_ordinal")
+            )
+
+    @activity.defn
+    def save_summary(self, request: SaveSummaryInput) -> None:
+        conversation_id = ids.conversation_id(request.tenant, request.conversation_id)
+        with self.sessions.begin() as session:
+            latest = _latest_summary(session, conversation_id)
+            if latest is not None and latest.summarized_through >= request.summarized_through:
+                return  # a retry, or an older fold: the newer summary stays
+            session.add(
+                Summary(
+                    conversation_id=conversation_id,
+                    text=request.summary,
+                    facts=request.facts,
+                    summarized_through=request.summarized_through,
+                )
+            )
+
+    @activity.defn
+    def delete_conversation(self, key: ConversationKey) -> int:
+        """Delete the conversation with its turns and summaries; returns the turns removed."""
+        conversation_id = ids.conversation_id(key.tenant, key.conversation_id)
+        with self.sessions.begin() as session:
+            turns = session.scalar(
+                select(func.count())
+                .select_from(Turn)
+                .where(Turn.conversation_id == conversation_id)
+            )
+            session.execute(delete(Conversation).where(Conversation.id == conversation_id))
+        return int(turns or 0)

@@ -1,0 +1,221 @@
+"""ConversationWorkflow end to end: real Temporal, Postgres, Qdrant Edge, MiniLM and vLLM SmolLM2.
+
+Acceptance checks of the conversations issue: a long conversation stays within its prompt budget
+and is stored complete and in order; concurrent messages are applied one after the other; a fact
+from turn 1 survives in the rolling summary; a failing summarizer loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from temporalio.client import Client
+
+from durable_rag.client import RagClient
+from durable_rag.embedding import Embedder
+from durable_rag.llm.engine import VllmEngine
+from durable_rag.stack import EmbeddedPostgres
+from schemas.conversation import ChatRequest, ConversationHistory
+from tests.conftest import CORPUS, Database, fresh_database, running_stack
+from tests.workflows.test_answer import DOCUMENTS, answering
+from tests.workflows.test_ingest import save_history
+from workflows.conversation import ConversationWorkflow, conversation_workflow_id
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# A small window, so that a dozen short turns make the workflow summarize.
+WINDOW = {"conversation_history_tokens": 240, "conversation_summary_tokens": 96}
+QUESTIONS = [
+    "Who designed the UTF-8 encoding?",
+    "Where did the Great Fire of London begin?",
+    "What does photosynthesis produce?",
+    "What causes spring tides?",
+    "What is HNSW used for?",
+    "Why were lighthouses built?",
+]
+
+
+@pytest.fixture(scope="module")
+def conversation_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
+    with fresh_database(pg_server) as db:
+        yield db
+
+
+@pytest.fixture(scope="module")
+async def conversation_data(
+    client: Client,
+    conversation_database: Database,
+    embedder: Embedder,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    corpus = tmp_path_factory.mktemp("conversation-corpus")
+    for relative in DOCUMENTS:
+        shutil.copy(CORPUS / relative, corpus / Path(relative).name)
+    data_dir = tmp_path_factory.mktemp("conversation-data")
+    async with running_stack(client, conversation_database, embedder, data_dir) as stack:
+        result = await (await stack.rag()).ingest([str(corpus)], tenant="t")
+        assert not result.failures
+    return data_dir
+
+
+def assert_complete_and_ordered(stored: ConversationHistory | None, turns: int) -> None:
+    assert stored is not None
+    assert [t.ordinal for t in stored.turns] == list(range(2 * turns))
+    assert [t.role for t in stored.turns] == ["user", "assistant"] * turns
+    for user, assistant in zip(stored.turns[::2], stored.turns[1::2], strict=True):
+        # Each reply was made for the message right before it.
+        assert assistant.trace_id.endswith(f"-{user.ordinal}"), (user, assistant)
+        assert assistant.text
+
+
+async def settled(rag: RagClient, conversation: str) -> None:
+    """Wait until no summarization is running (it happens after the reply)."""
+    handle = rag.client.get_workflow_handle(conversation_workflow_id("t", conversation))
+    deadline = time.monotonic() + 120
+    while (await handle.query(ConversationWorkflow.state)).summarizing:
+        assert time.monotonic() < deadline, "summarization never finished"
+        await asyncio.sleep(0.2)
+
+
+async def test_twelve_turns_stay_in_budget_are_stored_in_order_and_keep_the_first_fact(
+    client: Client,
+    conversation_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    conversation_data: Path,
+) -> None:
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    async with answering(
+        client, conversation_database, embedder, engine, conversation_data, **WINDOW
+    ) as (_, rag, _model):
+        budget = rag.settings.llm_max_model_len - 24
+        first = await rag.chat(
+            conversation, "My name is Ada Lovelace and I live in Paris.", "t", max_answer_tokens=24
+        )
+        replies = [first]
+        for i in range(11):
+            question = QUESTIONS[i % len(QUESTIONS)]
+            replies.append(
+                await rag.chat(conversation, question, "t", max_answer_tokens=24, top_k=2)
+            )
+            assert replies[-1].history_tokens <= WINDOW["conversation_history_tokens"]
+            assert replies[-1].answer.tokens.prompt <= budget
+        await settled(rag, conversation)
+        stored = await rag.history(conversation, "t")
+        await save_history(client, conversation_workflow_id("t", conversation), "conversation")
+        handle = client.get_workflow_handle(conversation_workflow_id("t", conversation))
+        state = await handle.query(ConversationWorkflow.state)
+
+    assert [r.turn for r in replies] == list(range(1, 24, 2))
+    assert_complete_and_ordered(stored, 12)
+    assert stored is not None and stored.summarized_through >= 1, "nothing was ever summarized"
+    assert state.summary_failures == 0
+    assert any(r.history_turns > 0 for r in replies), "no turn carried its history"
+    summary = stored.summary.lower()
+    assert "ada" in summary or "lovelace" in summary or "paris" in summary, stored.summary
+
+
+async def test_two_messages_at_once_are_applied_one_after_the_other(
+    client: Client,
+    conversation_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    conversation_data: Path,
+) -> None:
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    async with answering(client, conversation_database, embedder, engine, conversation_data) as (
+        _,
+        rag,
+        _model,
+    ):
+        first, second = await asyncio.gather(
+            rag.chat(conversation, QUESTIONS[0], "t", max_answer_tokens=16, top_k=2),
+            rag.chat(conversation, QUESTIONS[1], "t", max_answer_tokens=16, top_k=2),
+        )
+        # The same message id again is the same message: applied once.
+        again = await rag.chat(
+            conversation, QUESTIONS[2], "t", message_id="m-1", max_answer_tokens=16, top_k=2
+        )
+        repeat = await rag.chat(
+            conversation, QUESTIONS[2], "t", message_id="m-1", max_answer_tokens=16, top_k=2
+        )
+        stored = await rag.history(conversation, "t")
+
+        removed = await rag.delete_conversation(conversation, "t")
+        assert await rag.history(conversation, "t") is None
+    assert sorted([first.turn, second.turn]) == [1, 3]
+    assert again.turn == repeat.turn == 5
+    assert_complete_and_ordered(stored, 3)
+    assert removed == 6
+    assert conversation_database.scalar("SELECT count(*) FROM turns") == 0 or (
+        conversation_database.scalar(
+            "SELECT count(*) FROM turns t JOIN conversations c ON c.id = t.conversation_id "
+            "WHERE c.external_id = %s",
+            conversation,
+        )
+        == 0
+    )
+
+
+async def test_a_failing_summarizer_loses_no_turn_and_the_prompt_stays_in_budget(
+    client: Client,
+    conversation_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    conversation_data: Path,
+) -> None:
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    async with answering(
+        client,
+        conversation_database,
+        embedder,
+        engine,
+        conversation_data,
+        activity_policies={"summarize": {"schedule_to_start_seconds": 1}},
+        **WINDOW,
+    ) as (_, rag, _model):
+        # Nobody serves the summary model's queue: every summarization times out.
+        rag.settings = rag.settings.model_copy(
+            update={"conversation_summary_model": "nobody-summarizes"}
+        )
+        replies = []
+        for i in range(6):
+            replies.append(
+                await rag.chat(conversation, QUESTIONS[i], "t", max_answer_tokens=24, top_k=2)
+            )
+            await settled(rag, conversation)
+        stored = await rag.history(conversation, "t")
+        handle = client.get_workflow_handle(conversation_workflow_id("t", conversation))
+        state = await handle.query(ConversationWorkflow.state)
+
+    assert state.summary_failures >= 1 and state.summarized_through == -1
+    assert_complete_and_ordered(stored, 6)
+    assert all(r.history_tokens <= WINDOW["conversation_history_tokens"] for r in replies)
+    assert replies[-1].history_dropped > 0, "the oldest turns should have been trimmed"
+    assert any("left out of the prompt" in d for d in replies[-1].answer.degradations)
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"conversation_id": "has spaces"}, "conversation_id"),
+        ({"conversation_id": ""}, "conversation_id"),
+        ({"message": ""}, "message"),
+        ({"message": "x" * 8_001}, "message"),
+        ({"message_id": "bad id"}, "message_id"),
+    ],
+)
+def test_bad_messages_are_refused_before_anything_starts(
+    fields: dict[str, str], where: str
+) -> None:
+    values = {"conversation_id": "ok", "message": "hello"} | fields
+    with pytest.raises(ValidationError) as info:
+        ChatRequest(**values)  # type: ignore[arg-type]
+    assert info.value.errors()[0]["loc"][0] == where

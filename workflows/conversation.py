@@ -1,0 +1,335 @@
+"""ConversationWorkflow: one long-lived entity per conversation (R16, R17).
+
+Id `conversation-<tenant>-<id>`. Each user message arrives as the `send` update, sent with
+update-with-start, so the first message creates the workflow. Turns are applied strictly one at
+a time (a lock; updates are delivered in the order they were accepted). Each turn:
+
+  append the user turn (Postgres) -> the window: rolling summary + the most recent turns within
+  the token budget -> AnswerWorkflow as a child, with that window -> append the assistant turn
+  -> reply.
+
+After the reply, once the verbatim turns outgrow their budget, the oldest are folded into the
+summary (`summarize` on the summary model's LLM queue, then `save_summary`) without holding the
+lock: the next turn never waits for it. A failed summarization loses nothing: the turns stay
+verbatim, the window trims the oldest that do not fit, and folding is tried again after the
+next turn.
+
+Postgres is the record; this workflow only caches it. It loads the summary and the turns after
+it on its first turn, continues-as-new every `turns_per_run` turns (or when Temporal suggests
+it), and closes after `idle_seconds` without a message: the next message starts it again from
+Postgres. The `delete` update removes the conversation, its turns and summaries, and closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.history import HistoryActivities
+    from activities.inference import InferenceActivities
+    from durable_rag import policies
+    from durable_rag.memory import pin_facts, render_summary
+    from schemas.answer import AnswerWorkflowInput, AskRequest, ChatMessage, ConversationWindow
+    from schemas.conversation import (
+        AppendTurnInput,
+        ChatReply,
+        ChatUpdate,
+        ConversationInput,
+        ConversationKey,
+        ConversationState,
+        SaveSummaryInput,
+        SummarizeInput,
+        TurnMessage,
+    )
+    from workflows.answer import AnswerWorkflow, estimate_tokens
+    from workflows.calls import call, describe
+
+# Chat-template tokens around each turn (role markers, separators).
+TURN_OVERHEAD_TOKENS = 4
+
+
+def conversation_workflow_id(tenant: str, conversation_id: str) -> str:
+    return f"conversation-{tenant}-{conversation_id}"
+
+
+def turn_tokens(turn: TurnMessage) -> int:
+    return estimate_tokens(turn.text) + TURN_OVERHEAD_TOKENS
+
+
+@workflow.defn
+class ConversationWorkflow:
+    @workflow.init
+    def __init__(self, wf_input: ConversationInput) -> None:
+        self.input = wf_input
+        self.key = ConversationKey(tenant=wf_input.tenant, conversation_id=wf_input.conversation_id)
+        # From the input, not workflow.info(): child ids must not depend on how a run is named.
+        self.workflow_id = conversation_workflow_id(wf_input.tenant, wf_input.conversation_id)
+        self.lock = asyncio.Lock()
+        self.loaded = False
+        self.summary = ""  # the model's part of the rolling summary
+        self.facts: list[str] = []  # the user's statements, pinned verbatim
+        self.summarized_through = -1
+        self.turns: list[TurnMessage] = []
+        self.next_ordinal = 0
+        self.turns_this_run = 0
+        self.events = 0  # bumped by every update: restarts the idle clock
+        self.summarizing = False
+        self.summary_failures = 0
+        self.retry_summary_after = -1  # after a failure, fold again once this turn exists
+        self.closing = False
+
+    @workflow.run
+    async def run(self, wf_input: ConversationInput) -> None:
+        window = wf_input.window
+        while not self.closing:
+            seen = self.events
+
+            def woken(seen: int = seen) -> bool:
+                return self.events != seen or self._summary_due() or self.closing
+
+            try:
+                await workflow.wait_condition(woken, timeout=timedelta(seconds=window.idle_seconds))
+            except TimeoutError:
+                if not self.lock.locked():
+                    break  # idle: close; the next message starts again from Postgres
+                continue
+            if self._summary_due():
+                await self._summarize()
+            if (
+                self.turns_this_run >= window.turns_per_run
+                or workflow.info().is_continue_as_new_suggested()
+            ) and not self.closing:
+                await workflow.wait_condition(
+                    lambda: workflow.all_handlers_finished() and not self.summarizing
+                )
+                workflow.continue_as_new(wf_input)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    @workflow.update
+    async def send(self, update: ChatUpdate) -> ChatReply:
+        self.events += 1
+        try:
+            async with self.lock:
+                return await self._turn(update)
+        finally:
+            self.events += 1
+
+    @send.validator
+    def _validate_send(self, update: ChatUpdate) -> None:
+        request = update.request
+        if (request.tenant, request.conversation_id) != (
+            self.key.tenant,
+            self.key.conversation_id,
+        ):
+            raise ValueError("the message names another conversation than this workflow's")
+        if self.closing:
+            raise ValueError("this conversation was deleted")
+
+    @workflow.update
+    async def delete(self) -> int:
+        """Remove the conversation, its turns and summaries; returns the turns removed."""
+        self.events += 1
+        async with self.lock:
+            removed = await call(
+                HistoryActivities.delete_conversation,
+                self.key,
+                summary="delete the conversation, its turns and summaries",
+            )
+            self.closing = True
+            self.turns, self.summary, self.facts = [], "", []
+            return removed
+
+    @workflow.query
+    def state(self) -> ConversationState:
+        return ConversationState(
+            next_ordinal=self.next_ordinal,
+            summary=render_summary(self.facts, self.summary),
+            summarized_through=self.summarized_through,
+            window_turns=len(self.turns),
+            turns_this_run=self.turns_this_run,
+            summarizing=self.summarizing,
+            summary_failures=self.summary_failures,
+        )
+
+    # --- one turn -------------------------------------------------------------------------------
+
+    async def _turn(self, update: ChatUpdate) -> ChatReply:
+        request = update.request
+        await self._load()
+        user = TurnMessage(ordinal=self.next_ordinal, role="user", text=request.message)
+        await call(
+            HistoryActivities.append_turn,
+            AppendTurnInput(
+                **self.key.model_dump(),
+                ordinal=user.ordinal,
+                role="user",
+                text=user.text,
+                message_id=request.message_id,
+            ),
+            summary=f"store turn {user.ordinal} (user)",
+        )
+        self.next_ordinal += 1
+        history, dropped = self._window()
+        self.turns.append(user)
+
+        answer = await workflow.execute_child_workflow(
+            AnswerWorkflow.run,
+            AnswerWorkflowInput(
+                request=AskRequest(
+                    tenant=request.tenant,
+                    question=request.message,
+                    conversation_id=request.conversation_id,
+                    top_k=request.top_k,
+                    max_answer_tokens=request.max_answer_tokens,
+                ),
+                plan=self.input.plan,
+                history=history,
+            ),
+            id=f"answer-{self.workflow_id}-{user.ordinal}",
+            static_summary=f"answer turn {user.ordinal}: {request.message[:60]}",
+        )
+        if dropped:
+            answer = answer.model_copy(
+                update={
+                    "degradations": [
+                        *answer.degradations,
+                        f"{dropped} earlier turn(s) left out of the prompt to fit its budget",
+                    ]
+                }
+            )
+
+        reply = TurnMessage(ordinal=self.next_ordinal, role="assistant", text=answer.answer)
+        await call(
+            HistoryActivities.append_turn,
+            AppendTurnInput(
+                **self.key.model_dump(),
+                ordinal=reply.ordinal,
+                role="assistant",
+                text=reply.text,
+                citations=answer.citations,
+                prompt_tokens=answer.tokens.prompt,
+                completion_tokens=answer.tokens.completion,
+                trace_id=answer.trace_id,
+                model=answer.model,
+                degradations=answer.degradations,
+            ),
+            summary=f"store turn {reply.ordinal} (assistant)",
+        )
+        self.next_ordinal += 1
+        self.turns.append(reply)
+        self.turns_this_run += 1
+        return ChatReply(
+            conversation_id=request.conversation_id,
+            turn=reply.ordinal,
+            answer=answer,
+            summarized_through=self.summarized_through,
+            history_turns=len(history.turns),
+            history_tokens=estimate_tokens(history.summary)
+            + sum(estimate_tokens(t.content) + TURN_OVERHEAD_TOKENS for t in history.turns),
+            history_dropped=dropped,
+        )
+
+    async def _load(self) -> None:
+        if self.loaded:
+            return
+        stored = await call(
+            HistoryActivities.load_conversation,
+            self.key,
+            summary="load the summary and recent turns from Postgres",
+        )
+        self.summary, self.summarized_through = stored.summary, stored.summarized_through
+        self.facts = list(stored.facts)
+        self.turns, self.next_ordinal = list(stored.turns), stored.next_ordinal
+        self.loaded = True
+
+    def _window(self) -> tuple[ConversationWindow, int]:
+        """The summary plus the newest turns that fit the history budget; oldest left out first."""
+        summary = render_summary(self.facts, self.summary)
+        left = self.input.window.history_tokens - estimate_tokens(summary)
+        kept: list[TurnMessage] = []
+        for turn in reversed(self.turns):
+            cost = turn_tokens(turn)
+            if cost > left:
+                break
+            kept.insert(0, turn)
+            left -= cost
+        messages = [ChatMessage(role=t.role, content=t.text) for t in kept]
+        return ConversationWindow(summary=summary, turns=messages), len(self.turns) - len(kept)
+
+    # --- summarization --------------------------------------------------------------------------
+
+    def _verbatim_budget(self) -> int:
+        window = self.input.window
+        return window.history_tokens - window.summary_tokens
+
+    def _summary_due(self) -> bool:
+        return (
+            not self.summarizing
+            and not self.closing
+            and len(self.turns) > 2
+            and self.next_ordinal > self.retry_summary_after
+            and sum(turn_tokens(t) for t in self.turns) > self._verbatim_budget()
+        )
+
+    async def _summarize(self) -> None:
+        """Fold the oldest turns, keeping the newest within half the verbatim budget (so folding
+        happens every few turns, not every turn) and at least the last exchange."""
+        keep, used = 0, 0
+        for turn in reversed(self.turns):
+            if keep >= 2 and used + turn_tokens(turn) > self._verbatim_budget() // 2:
+                break
+            keep, used = keep + 1, used + turn_tokens(turn)
+        fold = self.turns[: len(self.turns) - keep]
+        if not fold:
+            return
+        self.summarizing = True
+        window = self.input.window
+        # Half the summary budget at most for pinned statements; the model gets what is left.
+        facts = pin_facts(
+            self.facts,
+            [t.text for t in fold if t.role == "user"],
+            window.summary_tokens // 2,
+            estimate_tokens,
+        )
+        model_tokens = window.summary_tokens - sum(estimate_tokens(f) for f in facts)
+        try:
+            folded = await call(
+                InferenceActivities.summarize,
+                SummarizeInput(
+                    trace_id=f"{self.workflow_id}-{fold[-1].ordinal}",
+                    previous_summary=self.summary,
+                    turns=fold,
+                    max_tokens=max(16, model_tokens),
+                ),
+                summary=f"fold turns {fold[0].ordinal}-{fold[-1].ordinal} into the summary",
+                task_queue=policies.llm_queue(window.summary_model),
+            )
+            if not folded.summary.strip():
+                raise ValueError("the model returned an empty summary")
+            through = fold[-1].ordinal
+            await call(
+                HistoryActivities.save_summary,
+                SaveSummaryInput(
+                    **self.key.model_dump(),
+                    summary=folded.summary,
+                    facts=facts,
+                    summarized_through=through,
+                ),
+                summary=f"save the summary through turn {through}",
+            )
+        except (ActivityError, ValueError) as err:
+            reason = describe(err) if isinstance(err, ActivityError) else str(err)
+            workflow.logger.warning("summarization failed, turns kept verbatim: %s", reason)
+            self.summary_failures += 1
+            self.retry_summary_after = self.next_ordinal
+        else:
+            # Turns that arrived meanwhile stay; only the folded ones leave the window.
+            self.summary, self.summarized_through = folded.summary, through
+            self.facts = facts
+            self.turns = [t for t in self.turns if t.ordinal > through]
+        finally:
+            self.summarizing = False

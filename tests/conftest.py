@@ -162,6 +162,7 @@ async def running_stack(
     data_dir: Path,
     with_index_worker: bool = True,
     reranker: Any = None,
+    with_orchestrator: bool = True,
     **overrides: Any,
 ) -> AsyncIterator[Stack]:
     from workers import index as index_worker
@@ -174,11 +175,13 @@ async def running_stack(
     index = open_index(settings, embedder.dimension)
     try:
         with ThreadPoolExecutor(8) as executor:
-            workers = [
-                orchestrator.build_worker(
-                    client, settings, database.sessions, embedder.tokenizer, executor
+            workers = []
+            if with_orchestrator:
+                workers.append(
+                    orchestrator.build_worker(
+                        client, settings, database.sessions, embedder.tokenizer, executor
+                    )
                 )
-            ]
             if with_index_worker:
                 workers.append(
                     index_worker.build_worker(

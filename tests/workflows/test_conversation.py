@@ -21,11 +21,18 @@ from temporalio.client import Client
 from durable_rag.client import RagClient
 from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import VllmEngine
-from durable_rag.stack import EmbeddedPostgres
+from durable_rag.stack import (
+    EmbeddedPostgres,
+    Process,
+    TemporalDevServer,
+    spawn_worker,
+    wait_worker_ready,
+)
 from schemas.conversation import ChatRequest, ConversationHistory
 from tests.conftest import CORPUS, Database, fresh_database, running_stack
 from tests.workflows.test_answer import DOCUMENTS, answering
 from tests.workflows.test_ingest import save_history
+from tests.workflows.test_ingest_faults import worker_env
 from workflows.conversation import ConversationWorkflow, conversation_workflow_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -200,6 +207,57 @@ async def test_a_failing_summarizer_loses_no_turn_and_the_prompt_stays_in_budget
     assert all(r.history_tokens <= WINDOW["conversation_history_tokens"] for r in replies)
     assert replies[-1].history_dropped > 0, "the oldest turns should have been trimmed"
     assert any("left out of the prompt" in d for d in replies[-1].answer.degradations)
+
+
+async def test_killing_the_orchestrator_mid_turn_loses_no_turn_and_the_reply_arrives(
+    temporal_server: TemporalDevServer,
+    client: Client,
+    conversation_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    conversation_data: Path,
+) -> None:
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    async with answering(
+        client, conversation_database, embedder, engine, conversation_data, with_orchestrator=False
+    ) as (stack, rag, _model):
+        settings = stack.settings
+        env = worker_env(
+            {
+                "database_url": conversation_database.url,
+                "data_dir": str(conversation_data),
+                "temporal_address": temporal_server.address,
+                "workflow_task_queue": settings.workflow_task_queue,
+                "index_task_queue": settings.index_task_queue,
+            }
+        )
+
+        def start_orchestrator() -> Process:
+            process = spawn_worker(conversation_data, "orchestrator", env)
+            wait_worker_ready(
+                process, temporal_server.address, "default", settings.workflow_task_queue
+            )
+            return process
+
+        orchestrator = await asyncio.to_thread(start_orchestrator)
+        try:
+            await rag.chat(conversation, QUESTIONS[0], "t", max_answer_tokens=16, top_k=2)
+            turn = asyncio.ensure_future(
+                rag.chat(conversation, QUESTIONS[1], "t", max_answer_tokens=96, top_k=2)
+            )
+            deadline = time.monotonic() + 120
+            while engine.running_requests() == 0:
+                assert time.monotonic() < deadline, "generation never started"
+                await asyncio.sleep(0.02)
+            orchestrator.kill()  # SIGKILL, mid-generation
+            assert not turn.done()
+            orchestrator = await asyncio.to_thread(start_orchestrator)
+            reply = await asyncio.wait_for(turn, timeout=180)
+        finally:
+            orchestrator.stop()
+        stored = await rag.history(conversation, "t")
+    assert reply.turn == 3 and reply.answer.answer
+    assert_complete_and_ordered(stored, 2)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_rag.client import RagClient
 from durable_rag.embedding import Embedder
@@ -258,6 +258,43 @@ async def test_killing_the_orchestrator_mid_turn_loses_no_turn_and_the_reply_arr
         stored = await rag.history(conversation, "t")
     assert reply.turn == 3 and reply.answer.answer
     assert_complete_and_ordered(stored, 2)
+
+
+async def test_it_continues_as_new_closes_when_idle_and_the_next_message_resumes_from_postgres(
+    client: Client,
+    conversation_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    conversation_data: Path,
+) -> None:
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    async with answering(
+        client,
+        conversation_database,
+        embedder,
+        engine,
+        conversation_data,
+        conversation_turns_per_run=2,
+        conversation_idle_seconds=3,
+    ) as (_, rag, _model):
+        handle = client.get_workflow_handle(conversation_workflow_id("t", conversation))
+        first_run = None
+        for i in range(3):
+            await rag.chat(conversation, QUESTIONS[i], "t", max_answer_tokens=16, top_k=2)
+            if first_run is None:
+                first_run = (await handle.describe()).run_id
+        assert (await handle.describe()).run_id != first_run, "no continue-as-new after 2 turns"
+
+        deadline = time.monotonic() + 60
+        while (await handle.describe()).status != WorkflowExecutionStatus.COMPLETED:
+            assert time.monotonic() < deadline, "the idle conversation did not close"
+            await asyncio.sleep(0.5)
+
+        reply = await rag.chat(conversation, QUESTIONS[3], "t", max_answer_tokens=16, top_k=2)
+        stored = await rag.history(conversation, "t")
+    assert reply.turn == 7, "a restarted workflow must go on from the stored turns"
+    assert reply.history_turns > 0, "the restarted workflow reloaded no history"
+    assert_complete_and_ordered(stored, 4)
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,8 @@ COPY workflows/ workflows/
 COPY activities/ activities/
 COPY workers/ workers/
 COPY schemas/ schemas/
+COPY gateway/ gateway/
+COPY evals/ evals/
 COPY migrations/ migrations/
 COPY corpus/ corpus/
 
@@ -101,6 +103,8 @@ COPY workflows/ workflows/
 COPY activities/ activities/
 COPY workers/ workers/
 COPY schemas/ schemas/
+COPY gateway/ gateway/
+COPY evals/ evals/
 COPY migrations/ migrations/
 COPY corpus/ corpus/
 

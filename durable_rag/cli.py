@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -404,6 +404,89 @@ def history(
                 console.print(f"      run {turn.trace_id}, model {turn.model}")
 
     asyncio.run(run())
+
+
+@app.command()
+def gateway(
+    host: Annotated[str | None, typer.Option(help="Bind address; default from settings.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port; default from settings.")] = None,
+) -> None:
+    """Serve the HTTP gateway (FastAPI on uvicorn); OpenAPI at /docs."""
+    import uvicorn
+
+    from gateway.app import create_app
+
+    settings = _settings()
+    uvicorn.run(
+        create_app(settings),
+        host=host or settings.gateway_host,
+        port=port or settings.gateway_port,
+        log_level=settings.log_level.lower(),
+    )
+
+
+keys_app = typer.Typer(
+    help="Gateway API keys: one tenant each, stored hashed.", no_args_is_help=True
+)
+app.add_typer(keys_app, name="keys")
+
+
+def _key_sessions(settings: Settings) -> Any:
+    from durable_rag.db import make_sessionmaker
+
+    return make_sessionmaker(settings.sqlalchemy_url)
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="The tenant this key acts as.")],
+    name: Annotated[str, typer.Option(help="A label, to tell keys apart.")] = "",
+) -> None:
+    """Create a key; it is printed once and cannot be shown again."""
+    from durable_rag import keys
+    from schemas.common import Contract, TenantId
+
+    class _Check(Contract):
+        tenant: TenantId
+
+    settings = _settings()
+    try:
+        _Check(tenant=tenant)
+    except ValidationError as exc:
+        _usage_error(_first_error(exc))
+    if len(name) > 128:
+        _usage_error("name: at most 128 characters")
+    info, key = keys.create_key(_key_sessions(settings), tenant, name)
+    console.print(f"key {info.prefix}… (id {info.id}) for tenant {info.tenant}:")
+    print(key)
+
+
+@keys_app.command("list")
+def keys_list(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+) -> None:
+    """List keys (prefix, tenant, name, created, revoked); never the keys themselves."""
+    from durable_rag import keys
+
+    for info in keys.list_keys(_key_sessions(_settings()), tenant):
+        state = "revoked" if info.revoked else "active"
+        console.print(
+            f"{info.prefix}…  {info.id}  tenant={info.tenant}  {info.name!r}  "
+            f"{info.created_at:%Y-%m-%d %H:%M}  {state}"
+        )
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id or its listed prefix.")],
+) -> None:
+    """Revoke a key: requests with it get 401 from then on."""
+    from durable_rag import keys
+
+    info = keys.revoke_key(_key_sessions(_settings()), key_id)
+    if info is None:
+        _usage_error(f"no single key matches {key_id!r}; see `durable-rag keys list`")
+    console.print(f"revoked {info.prefix}… of tenant {info.tenant}")
 
 
 def _root_cause(exc: BaseException) -> str:

@@ -82,6 +82,7 @@ class RagClient:
             IngestWorkflowInput(request=request),
             id=ingest_workflow_id(request),
             task_queue=self.settings.workflow_task_queue,
+            memo={"tenant": request.tenant},
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"ingest {len(request.paths)} path(s) for tenant {request.tenant}",
         )
@@ -129,6 +130,7 @@ class RagClient:
             SearchWorkflowInput(request=request, plan=self.retrieval_plan(top_k)),
             id=f"search-{trace_id or uuid.uuid4().hex}",
             task_queue=self.settings.workflow_task_queue,
+            memo={"tenant": request.tenant},
             static_summary=f"search: {query[:80]}",
         )
 
@@ -165,6 +167,7 @@ class RagClient:
             AnswerWorkflowInput(request=request, plan=self.answer_plan(request)),
             id=f"answer-{trace_id or uuid.uuid4().hex}",
             task_queue=self.settings.workflow_task_queue,
+            memo={"tenant": request.tenant},
             static_summary=f"answer: {request.question[:80]}",
         )
 
@@ -196,6 +199,7 @@ class RagClient:
             id=conversation_workflow_id(tenant, conversation_id),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             task_queue=self.settings.workflow_task_queue,
+            memo={"tenant": tenant},
             static_summary=f"conversation {conversation_id} of tenant {tenant}",
         )
 

@@ -309,6 +309,25 @@ class Settings(BaseSettings):
         default=100, ge=2, le=10_000, description="Turns before the workflow continues-as-new."
     )
 
+    # --- HTTP gateway -------------------------------------------------------------------------
+    gateway_host: str = Field(default="127.0.0.1", description="Address the gateway binds.")
+    gateway_port: int = Field(default=8080, ge=1, le=65_535)
+    gateway_auth: bool = Field(
+        default=True,
+        description="Require an API key (durable-rag keys create). Off only on a trusted "
+        "machine: the gateway says so loudly at start, and every request is the default tenant.",
+    )
+    gateway_max_body_bytes: int = Field(
+        default=1_048_576, ge=1_024, le=1_073_741_824, description="Larger bodies get 413."
+    )
+    gateway_request_timeout_seconds: float = Field(
+        default=90,
+        gt=0,
+        le=3_600,
+        description="An answer not done by then is cancelled (its workflow too) and gets 504. "
+        "Set it to ~1.5x the measured inference P99 (bench/answer.py).",
+    )
+
     # --- activities -------------------------------------------------------------------------
     activity_policies: dict[str, ActivityPolicyOverride] = Field(
         default_factory=dict,

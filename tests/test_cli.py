@@ -22,6 +22,7 @@ runner = CliRunner()
         (["chat", "--conversation", "has spaces", "-m", "hi"], "conversation_id"),
         (["chat", "-m", ""], "message"),
         (["history", "bad id!"], "conversation_id"),
+        (["keys", "create", "--tenant", "bad tenant"], "tenant"),
         (["worker", "gpu-thing"], "unknown worker kind"),
     ],
 )

@@ -191,6 +191,7 @@ class ConversationWorkflow:
             ),
             id=f"answer-{self.workflow_id}-{user.ordinal}",
             static_summary=f"answer turn {user.ordinal}: {request.message[:60]}",
+            memo={"tenant": request.tenant},
         )
         if dropped:
             answer = answer.model_copy(

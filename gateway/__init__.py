@@ -1,0 +1,1 @@
+"""The HTTP gateway: FastAPI over the Temporal client, for callers that do not speak Temporal."""

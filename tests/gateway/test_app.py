@@ -1,0 +1,222 @@
+"""The HTTP gateway against the real stack: auth, tenants, limits, answers and conversations."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from durable_rag import keys
+from durable_rag.client import RagClient
+from durable_rag.embedding import Embedder
+from durable_rag.llm.engine import VllmEngine
+from durable_rag.stack import EmbeddedPostgres
+from gateway.app import create_app
+from tests.conftest import CORPUS, Database, fresh_database, running_stack
+from tests.workflows.test_answer import DOCUMENTS, EXPECTED, QUESTION, answering
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def gateway_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
+    with fresh_database(pg_server) as db:
+        yield db
+
+
+@pytest.fixture(scope="module")
+async def gateway_data(
+    client: Client,
+    gateway_database: Database,
+    embedder: Embedder,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    corpus = tmp_path_factory.mktemp("gateway-corpus")
+    for relative in DOCUMENTS:
+        shutil.copy(CORPUS / relative, corpus / Path(relative).name)
+    data_dir = tmp_path_factory.mktemp("gateway-data")
+    async with running_stack(client, gateway_database, embedder, data_dir) as stack:
+        result = await (await stack.rag()).ingest([str(corpus)], tenant="t")
+        assert not result.failures
+    return data_dir
+
+
+@asynccontextmanager
+async def gateway(
+    client: Client,
+    database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    data_dir: Path,
+    **overrides: object,
+) -> AsyncIterator[tuple[httpx.AsyncClient, RagClient]]:
+    async with answering(client, database, embedder, engine, data_dir, **overrides) as (
+        _,
+        rag,
+        _model,
+    ):
+        app = create_app(rag.settings, rag)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://gateway", timeout=120
+        ) as http:
+            yield http, rag
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def never_started(client: Client, workflow_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except RPCError:
+        return True
+    return False
+
+
+async def test_health_needs_no_key_and_everything_else_does(
+    client: Client,
+    gateway_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    gateway_data: Path,
+) -> None:
+    _, key = keys.create_key(gateway_database.sessions, "t", "test")
+    info, revoked = keys.create_key(gateway_database.sessions, "t", "old")
+    assert keys.revoke_key(gateway_database.sessions, info.prefix) is not None
+    async with gateway(client, gateway_database, embedder, engine, gateway_data) as (http, _):
+        assert (await http.get("/healthz")).status_code == 200
+        ready = await http.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["ready"] is True
+        for headers in ({}, bearer("drk_not-a-key"), bearer(revoked), {"X-API-Key": "nope"}):
+            response = await http.post("/v1/ask", json={"question": QUESTION}, headers=headers)
+            assert response.status_code == 401, (headers, response.text)
+            assert (await http.get("/v1/conversations/x", headers=headers)).status_code == 401
+        assert (await http.get("/v1/conversations/x", headers=bearer(key))).status_code == 404
+        openapi = (await http.get("/openapi.json")).json()
+        assert "/v1/ask" in openapi["paths"]
+
+
+async def test_readyz_is_false_until_every_worker_polls(
+    client: Client,
+    gateway_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    gateway_data: Path,
+) -> None:
+    async with gateway(client, gateway_database, embedder, engine, gateway_data) as (_, rag):
+        settings = rag.settings.model_copy(update={"llm_served_name": "not-loaded-yet"})
+        app = create_app(settings, RagClient(rag.client, settings))
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gateway"
+        ) as http:
+            response = await http.get("/readyz")
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["llm worker"] != "ok" and checks["postgres"] == "ok", checks
+
+
+async def test_bad_input_gets_a_precise_4xx_and_starts_nothing(
+    client: Client,
+    gateway_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    gateway_data: Path,
+) -> None:
+    _, key = keys.create_key(gateway_database.sessions, "t")
+    async with gateway(client, gateway_database, embedder, engine, gateway_data) as (http, _):
+        bodies: list[tuple[object, int, str]] = [
+            ({}, 422, "question"),
+            ({"question": ""}, 422, "question"),
+            ({"question": "x", "tenant": "u"}, 422, "tenant"),  # the key decides the tenant
+            ({"question": "x", "top_k": 0}, 422, "top_k"),
+            ({"question": "x", "max_answer_tokens": 100_000}, 422, "max_answer_tokens"),
+            ({"question": "x", "document_ids": ["not-a-uuid"]}, 422, "document_ids"),
+            ({"question": "x" * 9_000}, 422, "question"),
+            ({"question": "x" * 2_000_000}, 413, "limit"),
+        ]
+        for body, status, word in bodies:
+            request_id = f"bad-{uuid.uuid4().hex[:8]}"
+            response = await http.post(
+                "/v1/ask", json=body, headers=bearer(key) | {"X-Request-ID": request_id}
+            )
+            assert response.status_code == status, (body, response.text[:300])
+            assert word in response.text
+            assert await never_started(client, f"answer-{request_id}")
+        response = await http.post(
+            "/v1/ask",
+            content=b"{not json",
+            headers=bearer(key) | {"content-type": "application/json"},
+        )
+        assert response.status_code == 422
+        response = await http.post(
+            "/v1/conversations/bad id!/messages", json={"message": "hi"}, headers=bearer(key)
+        )
+        assert response.status_code == 422
+        response = await http.post(
+            "/v1/conversations/ok/messages", json={"message": ""}, headers=bearer(key)
+        )
+        assert response.status_code == 422
+        assert await never_started(client, "conversation-t-ok")
+
+
+async def test_answers_and_conversations_stay_within_the_callers_tenant(
+    client: Client,
+    gateway_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    gateway_data: Path,
+) -> None:
+    _, key_t = keys.create_key(gateway_database.sessions, "t")
+    _, key_u = keys.create_key(gateway_database.sessions, "u")
+    request_id = f"req-{uuid.uuid4().hex[:12]}"
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    async with gateway(client, gateway_database, embedder, engine, gateway_data) as (http, _):
+        response = await http.post(
+            "/v1/ask",
+            json={"question": QUESTION, "max_answer_tokens": 32, "top_k": 2},
+            headers=bearer(key_t) | {"X-Request-ID": request_id},
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers["X-Request-ID"] == request_id
+        answer = response.json()
+        assert answer["trace_id"] == f"answer-{request_id}"
+        assert any(Path(c["source"]).name == EXPECTED for c in answer["citations"])
+
+        run = await http.get(f"/v1/runs/answer-{request_id}", headers=bearer(key_t))
+        assert run.status_code == 200 and run.json()["status"] == "completed", run.text
+        assert (
+            await http.get(f"/v1/runs/answer-{request_id}", headers=bearer(key_u))
+        ).status_code == 404
+
+        # Tenant u has no documents: nothing of tenant t is retrieved or cited.
+        other = await http.post(
+            "/v1/ask", json={"question": QUESTION, "max_answer_tokens": 16}, headers=bearer(key_u)
+        )
+        assert other.status_code == 200, other.text
+        assert other.json()["citations"] == [] and other.json()["context"] == []
+
+        sent = await http.post(
+            f"/v1/conversations/{conversation}/messages",
+            json={"message": QUESTION, "max_answer_tokens": 16, "top_k": 2},
+            headers=bearer(key_t),
+        )
+        assert sent.status_code == 200, sent.text
+        assert sent.json()["turn"] == 1
+        mine = await http.get(f"/v1/conversations/{conversation}", headers=bearer(key_t))
+        assert mine.status_code == 200 and len(mine.json()["turns"]) == 2
+        theirs = await http.get(f"/v1/conversations/{conversation}", headers=bearer(key_u))
+        assert theirs.status_code == 404
+        deleted = await http.delete(f"/v1/conversations/{conversation}", headers=bearer(key_u))
+        assert deleted.status_code == 200 and deleted.json() == {"deleted_turns": 0}
+        still = await http.get(f"/v1/conversations/{conversation}", headers=bearer(key_t))
+        assert still.status_code == 200 and len(still.json()["turns"]) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -521,10 +522,22 @@ async def _connect(settings: Settings) -> RagClient:
 
 
 def main() -> None:
+    code: int | str | None = 0
     try:
         app()
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
+    except SystemExit as exc:
+        code = exc.code
+    # Leave without interpreter finalization: native threads of the Temporal and gRPC runtimes
+    # can still be releasing the GIL then, which aborts the process (SIGABRT, "PyGILState_Release
+    # ... finalizing") after the command has already succeeded. Nothing here needs atexit.
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 if __name__ == "__main__":

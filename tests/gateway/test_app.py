@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -94,8 +96,11 @@ async def test_health_needs_no_key_and_everything_else_does(
     assert keys.revoke_key(gateway_database.sessions, info.prefix) is not None
     async with gateway(client, gateway_database, embedder, engine, gateway_data) as (http, _):
         assert (await http.get("/healthz")).status_code == 200
-        ready = await http.get("/readyz")
-        assert ready.status_code == 200, ready.text
+        # A worker shows as a poller once its first poll reaches the server: ready soon after.
+        deadline = time.monotonic() + 30
+        while (ready := await http.get("/readyz")).status_code != 200:
+            assert time.monotonic() < deadline, ready.text
+            await asyncio.sleep(0.5)
         assert ready.json()["ready"] is True
         for headers in ({}, bearer("drk_not-a-key"), bearer(revoked), {"X-API-Key": "nope"}):
             response = await http.post("/v1/ask", json={"question": QUESTION}, headers=headers)

@@ -13,7 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_rag import policies
-from durable_rag.llm.engine import Generation, LLMEngine, PromptTooLongError
+from durable_rag.llm.engine import LLMEngine, PromptTooLongError
 from durable_rag.metrics import STEP_SECONDS
 from durable_rag.retrieval import REWRITE_PROMPT, SUMMARY_PROMPT, clean_rewrite
 from schemas.answer import GenerateInput, GenerateOutput, RewriteInput, RewriteOutput
@@ -75,12 +75,20 @@ class InferenceActivities:
 
     @activity.defn
     async def rewrite_query(self, request: RewriteInput) -> RewriteOutput:
-        """Rewrite a question into a search query (a few tokens)."""
+        """Rewrite a question into a search query: a few tokens, so no heartbeat is needed; a
+        cancelled activity cancels the engine call, which aborts the request."""
         messages = [
             {"role": "system", "content": REWRITE_PROMPT},
             {"role": "user", "content": request.question},
         ]
-        result = await self._short(messages, request.max_tokens, request.trace_id, "rewrite")
+        request_id = f"{request.trace_id}-rewrite-{activity.info().attempt}"
+        try:
+            result = await self.engine.generate(messages, request.max_tokens, request_id)
+        except PromptTooLongError as exc:
+            raise ApplicationError(
+                str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
+            ) from exc
+        STEP_SECONDS.labels("rewrite").observe(result.seconds)
         return RewriteOutput(query=clean_rewrite(result.text, request.question), model=result.model)
 
     @activity.defn
@@ -96,20 +104,12 @@ class InferenceActivities:
                 "Updated summary:",
             },
         ]
-        result = await self._short(messages, request.max_tokens, request.trace_id, "summarize")
-        return SummarizeOutput(summary=result.text.strip(), model=result.model)
-
-    async def _short(
-        self, messages: list[dict[str, str]], max_tokens: int, trace_id: str, step: str
-    ) -> Generation:
-        """A short generation for a helper step (no heartbeats: a cancelled activity cancels
-        the engine call, which aborts the request)."""
-        request_id = f"{trace_id}-{step}-{activity.info().attempt}"
+        request_id = f"{request.trace_id}-summary-{activity.info().attempt}"
         try:
-            result = await self.engine.generate(messages, max_tokens, request_id)
+            result = await self.engine.generate(messages, request.max_tokens, request_id)
         except PromptTooLongError as exc:
             raise ApplicationError(
                 str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
             ) from exc
-        STEP_SECONDS.labels(step).observe(result.seconds)
-        return result
+        STEP_SECONDS.labels("summarize").observe(result.seconds)
+        return SummarizeOutput(summary=result.text.strip(), model=result.model)

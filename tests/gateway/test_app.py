@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -20,8 +21,8 @@ from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import VllmEngine
 from durable_rag.stack import EmbeddedPostgres
 from gateway.app import create_app
-from tests.conftest import Database, fresh_database
-from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
+from tests.conftest import CORPUS, Database, fresh_database, running_stack
+from tests.workflows.test_answer import DOCUMENTS, EXPECTED, QUESTION, answering
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,7 +40,14 @@ async def gateway_data(
     embedder: Embedder,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
-    return await ingest_sample(client, gateway_database, embedder, tmp_path_factory)
+    corpus = tmp_path_factory.mktemp("gateway-corpus")
+    for relative in DOCUMENTS:
+        shutil.copy(CORPUS / relative, corpus / Path(relative).name)
+    data_dir = tmp_path_factory.mktemp("gateway-data")
+    async with running_stack(client, gateway_database, embedder, data_dir) as stack:
+        result = await (await stack.rag()).ingest([str(corpus)], tenant="t")
+        assert not result.failures
+    return data_dir
 
 
 @asynccontextmanager

@@ -12,13 +12,15 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
-from durable_rag import ids, parsing
+from durable_rag import ids, parsing, policies, uploads
 from durable_rag.chunking import chunk_document
-from durable_rag.db import Chunk, Document, DocumentStatus
+from durable_rag.db import Chunk, Document, DocumentStatus, Upload
 from durable_rag.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
 from durable_rag.retrieval import keyword_query
 from schemas.common import DocumentFailure, DocumentVersion
+from schemas.documents import DocumentRef, PurgeDocumentOutput, TombstoneOutput
 from schemas.ingest import (
     CommitOutput,
     DiscoverInput,
@@ -65,6 +67,11 @@ class DocumentActivities:
         failures: list[DocumentFailure] = []
         seen: set[str] = set()
         for raw in request.paths:
+            if uploads.is_upload(raw):
+                if raw not in seen:  # read, and reported if missing, when staged
+                    seen.add(raw)
+                    files.append(raw)
+                continue
             # abspath, not resolve: a symlink keeps its own name as the document's source.
             path = Path(os.path.abspath(Path(raw).expanduser()))
             if path.is_dir():
@@ -120,7 +127,7 @@ class DocumentActivities:
     def _stage_one(self, tenant: str, source: str) -> DocumentVersion | None:
         started = time.perf_counter()
         content_type = parsing.content_type_for(source)
-        data = parsing.read_source(Path(source), self.max_document_bytes)
+        data = self._read(tenant, source)
         digest = ids.content_hash(data)
         doc_id = ids.document_id(tenant, source)
 
@@ -133,7 +140,9 @@ class DocumentActivities:
             ):
                 return None
 
-        parsed = parsing.parse(data, content_type, fallback_title=Path(source).stem)
+        parsed = parsing.parse(
+            data, content_type, fallback_title=Path(source.removeprefix(uploads.PREFIX)).stem
+        )
         with self._tokenizer_lock:
             drafts = chunk_document(parsed, self.tokenizer, self.chunk_tokens, self.chunk_overlap)
         STEP_SECONDS.labels("parse_chunk").observe(time.perf_counter() - started)
@@ -183,6 +192,62 @@ class DocumentActivities:
                 ],
             )
         return DocumentVersion(document_id=doc_id, version=version, source=source)
+
+    def _read(self, tenant: str, source: str) -> bytes:
+        if not uploads.is_upload(source):
+            return parsing.read_source(Path(source), self.max_document_bytes)
+        with self.sessions() as session:
+            data = uploads.read(session, tenant, source)
+        if data is None:
+            raise parsing.DocumentError(parsing.UNREADABLE, "no such upload")
+        if len(data) > self.max_document_bytes:
+            raise parsing.DocumentError(
+                parsing.TOO_LARGE,
+                f"{len(data)} bytes is over the limit of {self.max_document_bytes} bytes",
+            )
+        return data
+
+    # --- delete -------------------------------------------------------------------------------
+
+    @activity.defn
+    def tombstone_document(self, request: DocumentRef) -> TombstoneOutput:
+        """Mark a document deleted: every retrieval path reads active documents only, so it is
+        invisible from this commit on. A staged version in flight is dropped with it."""
+        with self.sessions.begin() as session:
+            doc = session.get(Document, request.document_id, with_for_update=True)
+            if doc is None or doc.tenant != request.tenant:
+                raise ApplicationError(
+                    f"no document {request.document_id} for tenant {request.tenant}",
+                    type=policies.NOT_FOUND,
+                    non_retryable=True,
+                )
+            if doc.status == DocumentStatus.DELETED:
+                return TombstoneOutput(source=doc.source, already_deleted=True)
+            doc.status = DocumentStatus.DELETED
+            doc.pending_version = None
+            doc.pending_hash = None
+            return TombstoneOutput(source=doc.source, already_deleted=False)
+
+    @activity.defn
+    def purge_document(self, request: DocumentRef) -> PurgeDocumentOutput:
+        """Remove a tombstoned document's chunks (and its upload); the tombstone row stays, so
+        deleting again is harmless and a new ingest of the source starts a new version."""
+        with self.sessions.begin() as session:
+            doc = session.get(Document, request.document_id, with_for_update=True)
+            if doc is None or doc.tenant != request.tenant or doc.status != DocumentStatus.DELETED:
+                return PurgeDocumentOutput(chunks_removed=0)  # re-ingested meanwhile: keep it
+            removed = session.execute(
+                delete(Chunk).where(Chunk.document_id == doc.id).returning(Chunk.id)
+            ).all()
+            doc.chunk_count = 0
+            if uploads.is_upload(doc.source):
+                session.execute(
+                    delete(Upload).where(
+                        Upload.tenant == doc.tenant,
+                        Upload.name == doc.source.removeprefix(uploads.PREFIX),
+                    )
+                )
+        return PurgeDocumentOutput(chunks_removed=len(removed))
 
     @activity.defn
     def commit_batch(self, request: DocumentsInput) -> CommitOutput:

@@ -1,6 +1,7 @@
 """Inference activities: generation on an LLM worker's engine (vLLM in process, or OpenAI-compatible).
 
-The activity heartbeats while tokens arrive. A workflow cancellation reaches it through the next
+The activity heartbeats while tokens arrive and, for a request with a `stream_id`, publishes the
+text as it grows (durable_rag/streaming.py). A workflow cancellation reaches it through the next
 heartbeat as a cancelled task, and the engine aborts the request: no tokens are generated after it.
 """
 
@@ -16,16 +17,41 @@ from durable_rag import policies
 from durable_rag.llm.engine import LLMEngine, PromptTooLongError
 from durable_rag.metrics import STEP_SECONDS
 from durable_rag.retrieval import REWRITE_PROMPT, SUMMARY_PROMPT, clean_rewrite
+from durable_rag.streaming import TokenEvent, TokenPublisher
 from schemas.answer import GenerateInput, GenerateOutput, RewriteInput, RewriteOutput
 from schemas.conversation import SummarizeInput, SummarizeOutput
 
 HEARTBEAT_EVERY_SECONDS = 0.2
+# Streamed text goes out in small batches: one NOTIFY per token would cost more than it shows.
+STREAM_EVERY_SECONDS = 0.03
+
+
+class _Stream:
+    """The text a generation has published so far on its stream, sent as deltas."""
+
+    def __init__(self, publisher: TokenPublisher, stream_id: str, part: str) -> None:
+        self.publisher, self.stream_id, self.part = publisher, stream_id, part
+        self.sent = 0
+
+    async def send(self, text: str, end: bool = False) -> None:
+        if len(text) <= self.sent and not end:
+            return
+        delta, self.sent = text[self.sent :], max(self.sent, len(text))
+        await self.publisher.publish(TokenEvent(self.stream_id, self.part, delta, end))
 
 
 class InferenceActivities:
-    def __init__(self, engine: LLMEngine, max_answer_tokens: int) -> None:
+    def __init__(
+        self, engine: LLMEngine, max_answer_tokens: int, publisher: TokenPublisher | None = None
+    ) -> None:
         self.engine = engine
         self.max_answer_tokens = max_answer_tokens
+        self.publisher = publisher
+
+    def _stream(self, request: GenerateInput, attempt: int) -> _Stream | None:
+        if not request.stream_id or self.publisher is None:
+            return None
+        return _Stream(self.publisher, request.stream_id, f"{self.engine.model_name}:{attempt}")
 
     @activity.defn
     async def generate(self, request: GenerateInput) -> GenerateOutput:
@@ -37,21 +63,33 @@ class InferenceActivities:
                 non_retryable=True,
             )
         messages = [m.model_dump() for m in request.messages]
-        tokens = 0
+        tokens, text, grew = 0, "", asyncio.Event()
 
-        def progress(count: int) -> None:
-            nonlocal tokens
-            tokens = count
+        def progress(count: int, so_far: str) -> None:
+            nonlocal tokens, text
+            tokens, text = count, so_far
+            grew.set()
 
         # One request id per attempt: a retry must not collide with an aborted earlier attempt.
-        request_id = f"{request.trace_id}-{activity.info().attempt}"
+        attempt = activity.info().attempt
+        request_id = f"{request.trace_id}-{attempt}"
+        stream = self._stream(request, attempt)
         task = asyncio.ensure_future(
             self.engine.generate(messages, request.max_tokens, request_id, progress)
         )
         try:
             while not task.done():
                 activity.heartbeat(tokens)
-                await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
+                if stream is not None:
+                    await stream.send(text)
+                    grew.clear()
+                    # Wake on new text, at most every STREAM_EVERY_SECONDS: tokens batch up.
+                    changed = asyncio.ensure_future(grew.wait())
+                    await asyncio.wait({task, changed}, timeout=HEARTBEAT_EVERY_SECONDS)
+                    changed.cancel()
+                    await asyncio.wait({task}, timeout=STREAM_EVERY_SECONDS)
+                else:
+                    await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
             result = task.result()
         except asyncio.CancelledError:
             task.cancel()
@@ -62,7 +100,17 @@ class InferenceActivities:
             raise ApplicationError(
                 str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
             ) from exc
+        if stream is not None:
+            await stream.send(result.text, end=True)
         STEP_SECONDS.labels("generate").observe(result.seconds)
+        activity.logger.info(
+            "generated %d tokens (prompt %d) with %s in %.2f s, first token after %.2f s",
+            result.completion_tokens,
+            result.prompt_tokens,
+            result.model,
+            result.seconds,
+            result.first_token_seconds,
+        )
         return GenerateOutput(
             text=result.text,
             model=result.model,

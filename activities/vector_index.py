@@ -19,6 +19,7 @@ from durable_rag.db import Chunk, Document
 from durable_rag.embedding import Embedder
 from durable_rag.index import IndexFilter, IndexPoint, VectorIndex
 from durable_rag.metrics import CHUNKS_EMBEDDED, STEP_SECONDS
+from schemas.documents import DocumentRef
 from schemas.ingest import DocumentsInput, IndexDocumentsOutput
 from schemas.search import DenseSearchInput, VectorHit, VectorSearchOutput
 
@@ -104,6 +105,14 @@ class VectorIndexActivities:
                 self.index.delete_other_versions(request.tenant, doc.document_id, doc.version)
             except Exception as exc:
                 raise index_error(exc) from exc
+
+    @activity.defn
+    def delete_document_points(self, request: DocumentRef) -> None:
+        """Drop every index point of a deleted document (all versions)."""
+        try:
+            self.index.delete_other_versions(request.tenant, request.document_id, keep_version=-1)
+        except Exception as exc:
+            raise index_error(exc) from exc
 
     @activity.defn
     def dense_search(self, request: DenseSearchInput) -> VectorSearchOutput:

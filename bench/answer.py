@@ -17,7 +17,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 from activities.documents import DocumentActivities  # noqa: E402
 from activities.vector_index import VectorIndexActivities  # noqa: E402
-from durable_rag import policies  # noqa: E402
+from bench.services import bench_services  # noqa: E402
 from durable_rag.client import RagClient  # noqa: E402
 from durable_rag.db import make_sessionmaker  # noqa: E402
 from durable_rag.embedding import load_embedder  # noqa: E402
@@ -38,8 +37,7 @@ from durable_rag.index import open_index  # noqa: E402
 from durable_rag.llm.engine import EngineConfig, VllmEngine  # noqa: E402
 from durable_rag.llm.models import resolve_generator  # noqa: E402
 from durable_rag.retrieval import SYSTEM_PROMPT, Scored, assemble_context, build_prompt, fuse  # noqa: E402
-from durable_rag.settings import PACKAGED_MINILM, Settings  # noqa: E402
-from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate  # noqa: E402
+from durable_rag.settings import PACKAGED_MINILM  # noqa: E402
 from schemas.answer import AskRequest  # noqa: E402
 from schemas.search import DenseSearchInput, HydrateInput, KeywordSearchInput, VectorHit  # noqa: E402
 from workers import index as index_worker  # noqa: E402
@@ -63,23 +61,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def main_async(requests: int, max_tokens: int) -> None:
-    work = Path(tempfile.mkdtemp(prefix="bench-answer-"))
-    pg = EmbeddedPostgres(work / "pg", free_port())
-    temporal = TemporalDevServer(work / "temporal", free_port(), None, free_port())
-    try:
-        await asyncio.to_thread(pg.start)
-        pg.ensure_database("bench")
-        await asyncio.to_thread(temporal.start)
-        migrate(pg.url("bench"))
-        settings = Settings(
-            database_url=pg.url("bench"),
-            data_dir=work / "data",
-            temporal_address=temporal.address,
-            workflow_task_queue=f"bench-wf-{uuid.uuid4().hex[:6]}",
-            index_task_queue=f"bench-ix-{uuid.uuid4().hex[:6]}",
-            llm_served_name=f"bench-{uuid.uuid4().hex[:6]}",
-        )
-        policies.configure(settings)
+    async with bench_services("answer", llm_served_name=f"bench-{uuid.uuid4().hex[:6]}") as (
+        work,
+        settings,
+    ):
         embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding_batch_size)
         index = open_index(settings, embedder.dimension)
         sessions = make_sessionmaker(settings.sqlalchemy_url)
@@ -181,10 +166,6 @@ async def main_async(requests: int, max_tokens: int) -> None:
                             steps.setdefault(step, []).append(ms)
         engine.close()
         index.close()
-    finally:
-        temporal.stop()
-        pg.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
     overhead = [f - p for f, p in zip(flow_ms, plain_ms, strict=True)]
     print(f"\nAnswer benchmark: {requests} requests, answers of at most {max_tokens} tokens, "

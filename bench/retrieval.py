@@ -13,11 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,13 +24,12 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-from durable_rag import policies  # noqa: E402
+from bench.services import bench_services  # noqa: E402
 from durable_rag.client import RagClient  # noqa: E402
 from durable_rag.db import make_sessionmaker  # noqa: E402
 from durable_rag.embedding import load_embedder  # noqa: E402
 from durable_rag.index import open_index  # noqa: E402
-from durable_rag.settings import PACKAGED_MINILM, Settings  # noqa: E402
-from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate  # noqa: E402
+from durable_rag.settings import PACKAGED_MINILM  # noqa: E402
 from evals.retrieval import Scores, evaluate, load_questions, table, write_corpus  # noqa: E402
 from workers import index as index_worker  # noqa: E402
 from workers import orchestrator  # noqa: E402
@@ -43,22 +39,7 @@ TENANT = "eval"
 
 
 async def main_async(set_name: str, sweep: bool) -> None:
-    work = Path(tempfile.mkdtemp(prefix="bench-retrieval-"))
-    pg = EmbeddedPostgres(work / "pg", free_port())
-    temporal = TemporalDevServer(work / "temporal", free_port(), None, free_port())
-    try:
-        await asyncio.to_thread(pg.start)
-        pg.ensure_database("bench")
-        await asyncio.to_thread(temporal.start)
-        migrate(pg.url("bench"))
-        settings = Settings(
-            database_url=pg.url("bench"),
-            data_dir=work / "data",
-            temporal_address=temporal.address,
-            workflow_task_queue=f"bench-wf-{uuid.uuid4().hex[:6]}",
-            index_task_queue=f"bench-ix-{uuid.uuid4().hex[:6]}",
-        )
-        policies.configure(settings)
+    async with bench_services("retrieval") as (work, settings):
         embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding_batch_size)
         index = open_index(settings, embedder.dimension)
         sessions = make_sessionmaker(settings.sqlalchemy_url)
@@ -92,10 +73,6 @@ async def main_async(set_name: str, sweep: bool) -> None:
                         scored = await evaluate(rag, questions, TENANT, modes=("hybrid",))
                         results[label] = scored["hybrid"]
         index.close()
-    finally:
-        temporal.stop()
-        pg.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
     print(f"\nRetrieval evaluation, set '{set_name}': {len(questions)} questions over "
           f"{passages} passages (ingested in {ingest_s:.0f} s), packaged MiniLM, "

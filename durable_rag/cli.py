@@ -49,12 +49,20 @@ def _ui_link(settings: Settings, workflow_id: str) -> str:
 def up(
     no_workers: Annotated[bool, typer.Option("--no-workers", help="Start servers only.")] = False,
     no_llm: Annotated[bool, typer.Option("--no-llm", help="Skip the LLM worker.")] = False,
+    no_gateway: Annotated[
+        bool, typer.Option("--no-gateway", help="Skip the HTTP gateway.")
+    ] = False,
 ) -> None:
-    """Start the embedded stack (Temporal dev server, Postgres, workers); idempotent."""
+    """Start the embedded stack (Temporal dev server, Postgres, workers, gateway); idempotent."""
     from durable_rag.stack import EmbeddedStack, StackError
 
     try:
-        EmbeddedStack(_settings()).up(workers=not no_workers, llm=not no_llm, echo=console.print)
+        EmbeddedStack(_settings()).up(
+            workers=not no_workers,
+            llm=not no_llm,
+            gateway=not no_gateway and not no_workers,
+            echo=console.print,
+        )
     except StackError as exc:
         _fail(str(exc))
 
@@ -364,6 +372,45 @@ def chat(
 
 
 @app.command()
+def delete(
+    document_id: Annotated[str, typer.Argument(help="Document id (a UUID, as search prints).")],
+    tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
+) -> None:
+    """Delete a document: no retrieval path returns it once this returns; its chunks and vector
+    points are removed. Deleting twice is harmless."""
+    import uuid
+
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import ApplicationError
+
+    from durable_rag import policies
+    from durable_rag.client import failure_cause
+
+    settings = _settings()
+    try:
+        doc = uuid.UUID(document_id)
+    except ValueError:
+        _usage_error(f"{document_id!r} is not a document id (a UUID)")
+
+    async def run() -> None:
+        rag = await _connect(settings)
+        try:
+            done = await rag.delete_document(doc, tenant)
+        except WorkflowFailureError as exc:
+            cause = failure_cause(exc)
+            if isinstance(cause, ApplicationError) and cause.type == policies.NOT_FOUND:
+                _usage_error(cause.message)
+            _fail(f"the delete failed: {cause}")
+        state = "was already deleted" if done.already_deleted else "deleted"
+        console.print(
+            f"{done.source} ({done.document_id}) {state}; {done.chunks_removed} chunk(s) removed"
+        )
+        console.print(f"run: {_ui_link(settings, done.workflow_id)}")
+
+    asyncio.run(run())
+
+
+@app.command()
 def history(
     conversation: Annotated[str, typer.Argument(help="Conversation id.")],
     tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
@@ -413,17 +460,9 @@ def gateway(
     port: Annotated[int | None, typer.Option(help="Port; default from settings.")] = None,
 ) -> None:
     """Serve the HTTP gateway (FastAPI on uvicorn); OpenAPI at /docs."""
-    import uvicorn
+    from gateway.server import serve
 
-    from gateway.app import create_app
-
-    settings = _settings()
-    uvicorn.run(
-        create_app(settings),
-        host=host or settings.gateway_host,
-        port=port or settings.gateway_port,
-        log_level=settings.log_level.lower(),
-    )
+    serve(_settings(), host, port)
 
 
 keys_app = typer.Typer(
@@ -492,11 +531,11 @@ def keys_revoke(
 
 def _root_cause(exc: BaseException) -> str:
     """The innermost failure of a workflow error, as `Type: message`."""
-    from temporalio.exceptions import ApplicationError, FailureError
+    from temporalio.exceptions import ApplicationError
 
-    cause: BaseException = exc
-    while isinstance(cause, FailureError) and cause.cause is not None:
-        cause = cause.cause
+    from durable_rag.client import failure_cause
+
+    cause = failure_cause(exc)
     if isinstance(cause, ApplicationError):
         return f"{cause.type}: {cause.message}"
     return str(cause)

@@ -9,19 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.history import read_history
-from durable_rag import ids
+from durable_rag import ids, uploads
 from durable_rag.db import make_sessionmaker
 from durable_rag.settings import Settings
-from schemas.answer import Answer, AnswerPlan, AnswerWorkflowInput, AskRequest
+from schemas.answer import (
+    Answer,
+    AnswerPlan,
+    AnswerWorkflowInput,
+    AskRequest,
+    ConversationWindow,
+)
 from schemas.conversation import (
     ChatReply,
     ChatRequest,
@@ -31,6 +41,8 @@ from schemas.conversation import (
     ConversationKey,
     WindowPlan,
 )
+from schemas.documents import DocumentDeleted, DocumentRef
+from schemas.gateway import DocumentAccepted
 from schemas.ingest import IngestProgress, IngestRequest, IngestResult, IngestWorkflowInput
 from schemas.search import (
     RetrievalMode,
@@ -42,8 +54,23 @@ from schemas.search import (
 from workers.common import connect
 from workflows.answer import AnswerWorkflow
 from workflows.conversation import ConversationWorkflow, conversation_workflow_id
+from workflows.delete_document import DeleteDocumentWorkflow, delete_workflow_id
 from workflows.ingest import IngestWorkflow
 from workflows.search import SearchWorkflow
+
+
+def failure_cause(exc: BaseException) -> BaseException:
+    """The innermost cause of a failed workflow or update: the activity's ApplicationError, say."""
+    cause = exc
+    # WorkflowFailureError and WorkflowUpdateFailedError wrap the failure chain in `.cause` too.
+    while isinstance(getattr(cause, "cause", None), BaseException):
+        cause = cause.cause  # type: ignore[attr-defined]
+    return cause
+
+
+class IdempotencyConflict(ValueError):
+    """An idempotency key reused with a different body."""
+
 
 # Tokens of the system prompt, the passage numbering and the chat template around the passages.
 PROMPT_OVERHEAD_TOKENS = 200
@@ -58,13 +85,30 @@ def ingest_workflow_id(request: IngestRequest) -> str:
 
 
 class RagClient:
-    def __init__(self, client: Client, settings: Settings) -> None:
+    def __init__(
+        self, client: Client, settings: Settings, sessions: sessionmaker[Session] | None = None
+    ) -> None:
         self.client = client
         self.settings = settings
+        # Reads of the record (conversation history) go straight to Postgres; made on first use.
+        self._sessions = sessions
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        if self._sessions is None:
+            self._sessions = make_sessionmaker(self.settings.sqlalchemy_url)
+        return self._sessions
+
+    def close(self) -> None:
+        if self._sessions is not None:
+            self._sessions.kw["bind"].dispose()
+            self._sessions = None
 
     @classmethod
-    async def connect(cls, settings: Settings) -> RagClient:
-        return cls(await connect(settings), settings)
+    async def connect(
+        cls, settings: Settings, sessions: sessionmaker[Session] | None = None
+    ) -> RagClient:
+        return cls(await connect(settings), settings, sessions)
 
     def ingest_request(self, paths: Sequence[str], tenant: str | None = None) -> IngestRequest:
         return IngestRequest(
@@ -103,6 +147,82 @@ class RagClient:
                 await on_progress(await handle.query(IngestWorkflow.progress))
             await asyncio.wait({result_task}, timeout=0.5)
         return result_task.result()
+
+    async def ingest_document(
+        self, tenant: str, name: str, data: bytes, idempotency_key: str | None = None
+    ) -> DocumentAccepted:
+        """Keep the bytes in Postgres and start ingesting them as the document `upload:<name>`.
+        With an idempotency key, a retried call starts nothing new (and a different body under
+        the same key is an IdempotencyConflict)."""
+        if len(data) > self.settings.max_document_bytes:
+            raise ValueError(
+                f"{len(data)} bytes is over the document limit of "
+                f"{self.settings.max_document_bytes} bytes (DURABLE_RAG_MAX_DOCUMENT_BYTES)"
+            )
+        source = uploads.source_for(name)
+        document_id = ids.document_id(tenant, source)
+        digest = hashlib.sha256(data).hexdigest()
+        if idempotency_key:
+            workflow_id = f"ingest-{tenant}-upload-{ids.short_hash(tenant, idempotency_key)}"
+            seen = await self._seen_ingest(workflow_id, digest)
+            if seen:
+                return DocumentAccepted(
+                    workflow_id=workflow_id, document_id=document_id, duplicate=True
+                )
+        else:
+            workflow_id = f"ingest-{tenant}-upload-{ids.slug(name, 24)}-{uuid.uuid4().hex[:12]}"
+        await asyncio.to_thread(uploads.store, self.sessions, tenant, name, data)
+        request = IngestRequest(
+            tenant=tenant,
+            paths=[source],
+            batch_documents=self.settings.ingest_batch_documents,
+            batches_per_run=self.settings.ingest_batches_per_run,
+        )
+        try:
+            await self.client.start_workflow(
+                IngestWorkflow.run,
+                IngestWorkflowInput(request=request),
+                id=workflow_id,
+                task_queue=self.settings.workflow_task_queue,
+                memo={"tenant": tenant, "sha256": digest},
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                static_summary=f"ingest the upload {name} for tenant {tenant}",
+            )
+        except WorkflowAlreadyStartedError:  # the same key, concurrently: one run
+            await self._seen_ingest(workflow_id, digest)
+            return DocumentAccepted(
+                workflow_id=workflow_id, document_id=document_id, duplicate=True
+            )
+        return DocumentAccepted(workflow_id=workflow_id, document_id=document_id)
+
+    async def _seen_ingest(self, workflow_id: str, digest: str) -> bool:
+        try:
+            described = await self.client.get_workflow_handle(workflow_id).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        if (await described.memo()).get("sha256") != digest:
+            raise IdempotencyConflict(
+                f"this Idempotency-Key was used for another document body (run {workflow_id})"
+            )
+        return True
+
+    async def delete_document(
+        self, document_id: uuid.UUID, tenant: str | None = None
+    ) -> DocumentDeleted:
+        """Delete a document; from the moment this returns no retrieval path sees it. Raises
+        WorkflowFailureError with a NotFound cause for a document the tenant does not have."""
+        ref = DocumentRef(tenant=tenant or self.settings.default_tenant, document_id=document_id)
+        return await self.client.execute_workflow(
+            DeleteDocumentWorkflow.run,
+            ref,
+            id=delete_workflow_id(ref),
+            task_queue=self.settings.workflow_task_queue,
+            memo={"tenant": ref.tenant},
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"delete document {document_id} of tenant {ref.tenant}",
+        )
 
     def retrieval_plan(self, top_k: int = 1) -> RetrievalPlan:
         s = self.settings
@@ -159,12 +279,23 @@ class RagClient:
         )
 
     async def start_ask(
-        self, request: AskRequest, trace_id: str | None = None
+        self,
+        request: AskRequest,
+        trace_id: str | None = None,
+        stream_id: str = "",
+        history: ConversationWindow | None = None,
     ) -> WorkflowHandle[AnswerWorkflow, Answer]:
-        """Start an answer and return its handle (cancel it to stop generation)."""
+        """Start an answer and return its handle (cancel it to stop generation). With a
+        `stream_id`, the text is published on that token stream as it is generated; `history`
+        carries earlier turns of a conversation the caller keeps itself."""
         return await self.client.start_workflow(
             AnswerWorkflow.run,
-            AnswerWorkflowInput(request=request, plan=self.answer_plan(request)),
+            AnswerWorkflowInput(
+                request=request,
+                plan=self.answer_plan(request),
+                history=history,
+                stream_id=stream_id,
+            ),
             id=f"answer-{trace_id or uuid.uuid4().hex}",
             task_queue=self.settings.workflow_task_queue,
             memo={"tenant": request.tenant},
@@ -211,6 +342,7 @@ class RagClient:
         message_id: str | None = None,
         top_k: int = 5,
         max_answer_tokens: int = 256,
+        stream_id: str = "",
     ) -> ChatReply:
         """Send one message; the conversation's workflow starts if it is not running. Messages
         to one conversation are applied one at a time, in order. A retried call with the same
@@ -222,6 +354,7 @@ class RagClient:
             message_id=message_id or uuid.uuid4().hex,
             top_k=top_k,
             max_answer_tokens=max_answer_tokens,
+            stream_id=stream_id,
         )
         self.answer_plan(
             AskRequest(tenant=request.tenant, question="?", max_answer_tokens=max_answer_tokens)
@@ -240,12 +373,12 @@ class RagClient:
         key = ConversationKey(
             tenant=tenant or self.settings.default_tenant, conversation_id=conversation_id
         )
-        sessions = make_sessionmaker(self.settings.sqlalchemy_url)
-        try:
-            with sessions() as session:
+
+        def read() -> ConversationHistory | None:
+            with self.sessions() as session:
                 return read_history(session, key)
-        finally:
-            sessions.kw["bind"].dispose()
+
+        return await asyncio.to_thread(read)  # a blocking read must not stall the event loop
 
     async def delete_conversation(self, conversation_id: str, tenant: str | None = None) -> int:
         """Delete a conversation with its turns and summaries (after any turn in flight);

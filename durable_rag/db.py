@@ -22,6 +22,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -50,6 +51,7 @@ class DocumentStatus:
     PENDING = "pending"  # first version staged, never active yet: invisible
     ACTIVE = "active"
     FAILED = "failed"  # first version failed to index: invisible
+    DELETED = "deleted"  # a tombstone: invisible at once; its chunks and points are removed
 
 
 class Document(Base):
@@ -200,6 +202,23 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Upload(Base):
+    """The bytes of a document sent through the gateway: the source of the document
+    `upload:<name>`, read by the ingest like a file. One per tenant and name (the latest)."""
+
+    __tablename__ = "uploads"
+    __table_args__ = (UniqueConstraint("tenant", "name", name="uq_uploads_tenant_name"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(200))
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    sha256: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
 
 
 def make_engine(url: str) -> Engine:

@@ -52,6 +52,10 @@ class Fallback(StrEnum):
     )
     DEFAULT_REPLY = "the default reply that says the service is degraded"
     NOT_CACHED = "return the answer uncached; a later LLM outage finds no cached answer for it"
+    TOMBSTONE_HIDES = (
+        "fail the delete run: the tombstone already hides the document from every retrieval "
+        "path; deleting again (or compaction) removes what is left"
+    )
     SKIP = (
         "go on without it and record a degradation; what it would have cleaned is invisible "
         "to readers and removed by the next ingest or compaction"
@@ -64,7 +68,8 @@ INDEX_CONFIG = "IndexConfigError"
 MODEL_CONFIG = "ModelLoadError"
 PROMPT_TOO_LONG = "PromptTooLong"
 NOT_CONFIGURED = "NotConfigured"
-PERMANENT = [INVALID_INPUT, INDEX_CONFIG, MODEL_CONFIG, PROMPT_TOO_LONG]
+NOT_FOUND = "NotFound"
+PERMANENT = [INVALID_INPUT, INDEX_CONFIG, MODEL_CONFIG, PROMPT_TOO_LONG, NOT_FOUND]
 
 
 @dataclass(frozen=True)
@@ -240,6 +245,28 @@ DECLARED: dict[str, ActivityPolicy] = {
         retry=_retry(initial=0.2, maximum=2, attempts=5),
         fallback=Fallback.FAIL_FLOW,
         expected_latency="~10 ms",
+    ),
+    # --- delete -------------------------------------------------------------------------------
+    "tombstone_document": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(seconds=30),
+        retry=_retry(initial=0.2, maximum=5, attempts=10),
+        fallback=Fallback.FAIL_FLOW,
+        expected_latency="one transaction: ~5 ms",
+    ),
+    "delete_document_points": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(minutes=2),
+        retry=_retry(attempts=20, maximum=60),
+        fallback=Fallback.TOMBSTONE_HIDES,
+        expected_latency="~10 ms per document",
+    ),
+    "purge_document": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(minutes=2),
+        retry=_retry(attempts=10),
+        fallback=Fallback.TOMBSTONE_HIDES,
+        expected_latency="one transaction: ~10 ms per thousand chunks",
     ),
     "hydrate_hits": ActivityPolicy(
         queue=Queue.WORKFLOW,

@@ -415,27 +415,15 @@ def spawn_worker(data_dir: Path, kind: str, env: dict[str, str] | None = None) -
 
 
 async def _queue_has_poller(address: str, namespace: str, queue: str, pid: int) -> bool:
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
     from temporalio.client import Client
+
+    from workers.common import queue_has_poller
 
     try:
         client = await asyncio.wait_for(Client.connect(address, namespace=namespace), timeout=2)
-        for kind in (
-            TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-            TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        ):
-            response = await client.workflow_service.describe_task_queue(
-                DescribeTaskQueueRequest(
-                    namespace=namespace, task_queue=TaskQueue(name=queue), task_queue_type=kind
-                )
-            )
-            if any(p.identity.startswith(f"{pid}@") for p in response.pollers):
-                return True
-    except Exception:
+        return await queue_has_poller(client, queue, pid)
+    except Exception:  # the server is not up yet: not ready
         return False
-    return False
 
 
 def wait_worker_ready(
@@ -451,6 +439,29 @@ def wait_worker_ready(
             return
         time.sleep(0.5)
     raise process.fail(f"did not poll task queue {queue!r} within {timeout:.0f}s")
+
+
+def gateway_process(data_dir: Path) -> Process:
+    return Process("gateway", data_dir / "run" / "gateway.pid", data_dir / "logs" / "gateway.log")
+
+
+def wait_gateway_ready(process: Process, port: int, timeout: float = 60.0) -> None:
+    """Ready means: /healthz answers (readiness of the workers is /readyz's business)."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process.running():
+            raise process.fail("exited while starting")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    raise process.fail(f"did not answer /healthz on port {port} within {timeout:.0f}s")
 
 
 # --- the whole stack ---------------------------------------------------------------------------
@@ -497,6 +508,7 @@ class EmbeddedStack:
         self,
         workers: bool = True,
         llm: bool = True,
+        gateway: bool = True,
         echo: Callable[[str], object] = print,
     ) -> None:
         started = self.temporal.start()
@@ -527,11 +539,39 @@ class EmbeddedStack:
                 echo(
                     f"{'started' if started else 'running'}  {kind} worker  pid {process.pid()}  queue {self.queue_for(kind)}"
                 )
+        if workers and gateway:
+            self._up_gateway(echo)
         for line in self.urls():
             echo(line)
 
+    def _up_gateway(self, echo: Callable[[str], object]) -> None:
+        process = gateway_process(self.data_dir)
+        started = not process.running()
+        port = self.settings.gateway_port
+        if started:
+            if port_in_use(port):
+                raise StackError(
+                    f"port {port} is taken by another program: set DURABLE_RAG_GATEWAY_PORT "
+                    "or stop it"
+                )
+            env = dict(os.environ)
+            env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
+            root = Path(__file__).resolve().parent.parent
+            process.spawn([sys.executable, "-m", "gateway"], env=env, cwd=root)
+        wait_gateway_ready(process, port)
+        auth = (
+            "API key required: durable-rag keys create"
+            if self.settings.gateway_auth
+            else ("AUTHENTICATION OFF")
+        )
+        echo(
+            f"{'started' if started else 'running'}  gateway  pid {process.pid()}  "
+            f"http://127.0.0.1:{port}  ({auth})"
+        )
+
     def urls(self) -> list[str]:
         return [
+            f"Gateway:           http://127.0.0.1:{self.settings.gateway_port}  (OpenAPI: /docs)",
             f"Temporal UI:       {self.settings.temporal_ui_url}/namespaces/{self.settings.temporal_namespace}/workflows",
             f"Temporal frontend: {self.temporal.address}",
             f"Temporal metrics:  http://127.0.0.1:{self.settings.temporal_metrics_port}/metrics",
@@ -541,6 +581,8 @@ class EmbeddedStack:
         ]
 
     def down(self, echo: Callable[[str], object] = print) -> None:
+        if gateway_process(self.data_dir).stop():
+            echo("stopped  gateway")
         for kind in reversed(WORKER_KINDS):
             if worker_process(self.data_dir, kind).stop():
                 echo(f"stopped  {kind} worker")
@@ -569,4 +611,13 @@ class EmbeddedStack:
             parts.append(
                 PartStatus(f"worker-{kind}", process.running(), process.pid(), self.queue_for(kind))
             )
+        gateway = gateway_process(self.data_dir)
+        parts.append(
+            PartStatus(
+                "gateway",
+                gateway.running(),
+                gateway.pid(),
+                f"http://127.0.0.1:{self.settings.gateway_port}",
+            )
+        )
         return parts

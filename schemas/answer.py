@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -62,10 +62,19 @@ class ConversationWindow(Contract):
     turns: list[ChatMessage] = Field(default_factory=list, max_length=1_000)
 
 
+def stream_id_field() -> Any:
+    return Field(
+        default="",
+        pattern=r"^[A-Za-z0-9_.:-]{0,128}$",
+        description="Publish the generated text on this token stream as it grows; empty: no.",
+    )
+
+
 class AnswerWorkflowInput(Contract):
     request: AskRequest
     plan: AnswerPlan
     history: ConversationWindow | None = None
+    stream_id: str = stream_id_field()
 
 
 class Citation(Contract):
@@ -127,6 +136,7 @@ class GenerateInput(Contract):
     trace_id: str = Field(max_length=256)
     messages: list[ChatMessage] = Field(min_length=1, max_length=200)
     max_tokens: int = Field(ge=1, le=16_384)
+    stream_id: str = stream_id_field()
 
 
 class RewriteInput(Contract):

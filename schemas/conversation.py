@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.answer import Answer, AnswerPlan, Citation
+from schemas.answer import Answer, AnswerPlan, Citation, stream_id_field
 from schemas.common import Contract, TenantId
 
 CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -27,6 +27,7 @@ class ChatRequest(Contract):
     )
     top_k: int = Field(default=5, ge=1, le=20)
     max_answer_tokens: int = Field(default=256, ge=1, le=4_096)
+    stream_id: str = stream_id_field()
 
 
 class TurnMessage(Contract):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Literal
 
 from pydantic import Field
 
@@ -40,3 +41,65 @@ class RunStatus(Contract):
 class Readiness(Contract):
     ready: bool
     checks: dict[str, str] = Field(description="Each dependency: 'ok' or why it is not ready.")
+
+
+class DocumentBody(Contract):
+    """A document sent as text (JSON). Uploads (multipart) carry the same fields as a form."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9 _.,()+-]+\.(md|markdown|txt|html|htm)$",
+        description="File name with its type's suffix; it is the document's identity: sending "
+        "the same name again replaces the document with a new version.",
+    )
+    text: str = Field(min_length=1, max_length=16_000_000)
+
+
+class DocumentAccepted(Contract):
+    workflow_id: str = Field(description="The ingest (or delete) run: follow it at /v1/runs/{id}.")
+    document_id: uuid.UUID
+    duplicate: bool = Field(
+        default=False, description="True: this Idempotency-Key was seen; nothing new started."
+    )
+
+
+# --- OpenAI-compatible chat completions -------------------------------------------------------
+
+
+class TextPart(Contract):
+    type: Literal["text"]
+    text: str = Field(max_length=8_000)
+
+
+class OpenAIMessage(Contract):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] = Field(max_length=8_000)
+    name: str | None = Field(default=None, max_length=64)
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class StreamOptions(Contract):
+    include_usage: bool = False
+
+
+class ChatCompletionBody(Contract):
+    """The subset of OpenAI's chat completions request that a retrieval answer can honour.
+    Sampling fields are accepted and ignored: answers are greedy, so they can be reproduced."""
+
+    model: str = Field(min_length=1, max_length=64)
+    messages: list[OpenAIMessage] = Field(min_length=1, max_length=64)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1, le=4_096)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=4_096)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    n: int = Field(default=1, ge=1, le=1, description="One choice only.")
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    user: str | None = Field(default=None, max_length=256)

@@ -242,9 +242,13 @@ def test_prometheus_scrapes_the_stack() -> None:
         for static in job.get("static_configs", [])
         for target in static.get("targets", [])
     }
-    assert {"temporal:9090", "cpu-worker:9100", "gpu-worker:9100", "qdrant:6333"} <= targets, (
-        targets
-    )
+    assert {
+        "temporal:9090",
+        "cpu-worker:9100",
+        "gpu-worker:9100",
+        "qdrant:6333",
+        "gateway:8080",
+    } <= targets, targets
     rule_files = config.get("rule_files", [])
     assert any((PROMETHEUS_CONFIG.parent / f).resolve() == PROMETHEUS_RULES for f in rule_files)
 

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,6 +97,7 @@ def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
             "DURABLE_RAG_TEMPORAL_UI_PORT": str(settings.temporal_ui_port),
             "DURABLE_RAG_TEMPORAL_METRICS_PORT": str(settings.temporal_metrics_port),
             "DURABLE_RAG_POSTGRES_PORT": str(settings.postgres_port),
+            "DURABLE_RAG_GATEWAY_PORT": str(gateway_port := free_port()),
         }
     )
     cli = [sys.executable, "-m", "durable_rag.cli"]
@@ -109,9 +111,12 @@ def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
         up = run("up", "--no-llm")  # the LLM worker is covered by tests/workflows/test_answer.py
         assert up.returncode == 0, up.stdout + up.stderr
         assert "started  index worker" in up.stdout
+        assert "started  gateway" in up.stdout
         status = run("status")
         running = {line.split()[0] for line in status.stdout.splitlines() if " running " in line}
-        assert running >= {"temporal", "postgres", "worker-orchestrator", "worker-index"}
+        assert running >= {"temporal", "postgres", "worker-orchestrator", "worker-index", "gateway"}
+        with urllib.request.urlopen(f"http://127.0.0.1:{gateway_port}/healthz") as health:
+            assert health.status == 200
         docs = ROOT / "corpus" / "literature"
         ingest = run("ingest", str(docs))
         assert ingest.returncode == 0, ingest.stdout + ingest.stderr
@@ -123,6 +128,6 @@ def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
     finally:
         down = run("down")
     assert down.returncode == 0, down.stderr
-    assert "stopped  index worker" in down.stdout
+    assert "stopped  index worker" in down.stdout and "stopped  gateway" in down.stdout
     assert "worker-llm" in run("status").stdout
     assert run("status").returncode == 1

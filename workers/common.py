@@ -40,6 +40,31 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     )
 
 
+async def queue_has_poller(client: Client, queue: str, pid: int | None = None) -> bool:
+    """Whether a worker polls `queue` for activity or workflow tasks (with `pid`: that process).
+    A worker polls only once its model is loaded, so this is what readiness checks."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from temporalio.service import RPCError
+
+    kinds = [TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW]
+    try:
+        for kind in kinds:
+            response = await client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=client.namespace,
+                    task_queue=TaskQueue(name=queue),
+                    task_queue_type=kind,
+                )
+            )
+            if any(pid is None or p.identity.startswith(f"{pid}@") for p in response.pollers):
+                return True
+    except RPCError:
+        return False
+    return False
+
+
 async def run_until_signalled(
     worker: Worker, on_stop: Callable[[], Awaitable[None]] | None = None
 ) -> None:

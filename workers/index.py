@@ -48,6 +48,7 @@ def build_worker(
         activities=[
             vectors.index_documents,
             vectors.purge_superseded,
+            vectors.delete_document_points,
             vectors.dense_search,
             reranking.rerank,
         ],

@@ -3,6 +3,7 @@
 It loads the engine first and polls only once the model is ready (readiness, R15). Its activity
 slots (llm_max_concurrent_generations) bound the generations in flight; the engine batches them
 continuously (R10). Heartbeats go out every 200 ms so a cancellation reaches the engine fast.
+Streamed generations publish their text on Postgres NOTIFY (durable_rag/streaming.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from durable_rag.llm.engine import EngineConfig, LLMEngine, OpenAIEngine, VllmEn
 from durable_rag.llm.models import resolve_generator
 from durable_rag.logs import setup_logging
 from durable_rag.settings import Settings
+from durable_rag.streaming import TokenPublisher
 from workers.common import connect, make_runtime, run_until_signalled
 
 log = logging.getLogger(__name__)
@@ -57,7 +59,9 @@ def load_engine(settings: Settings) -> LLMEngine:
 def build_worker(
     client: Client, settings: Settings, engine: LLMEngine, task_queue: str | None = None
 ) -> Worker:
-    inference = InferenceActivities(engine, settings.llm_max_answer_tokens)
+    inference = InferenceActivities(
+        engine, settings.llm_max_answer_tokens, TokenPublisher(settings.sqlalchemy_url)
+    )
     return Worker(
         client,
         task_queue=task_queue or policies.llm_queue(engine.model_name),

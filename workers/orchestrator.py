@@ -26,10 +26,17 @@ from durable_rag.settings import Settings
 from workers.common import connect, make_runtime, run_until_signalled
 from workflows.answer import AnswerWorkflow
 from workflows.conversation import ConversationWorkflow
+from workflows.delete_document import DeleteDocumentWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.search import SearchWorkflow
 
-WORKFLOWS = [IngestWorkflow, SearchWorkflow, AnswerWorkflow, ConversationWorkflow]
+WORKFLOWS = [
+    IngestWorkflow,
+    SearchWorkflow,
+    AnswerWorkflow,
+    ConversationWorkflow,
+    DeleteDocumentWorkflow,
+]
 log = logging.getLogger(__name__)
 
 
@@ -59,6 +66,8 @@ def build_worker(
             documents.stage_batch,
             documents.commit_batch,
             documents.discard_pending,
+            documents.tombstone_document,
+            documents.purge_document,
             documents.hydrate_hits,
             documents.keyword_search,
             cache.lookup_cached_answer,

@@ -181,6 +181,7 @@ class AnswerWorkflow:
             request.model or plan.model,
             plan,
             degradations,
+            wf_input.stream_id,
         )
         lap("generate")
 
@@ -222,6 +223,13 @@ class AnswerWorkflow:
         if generated is not None and plan.cache_answers and text:
             await self._store(request, trace_id, text, citations, model, degradations)
             lap("cache")
+        workflow.logger.info(
+            "answered via %s with %d citation(s), %d degradation(s), in %.0f ms",
+            route,
+            len(citations),
+            len(degradations),
+            sum(timings.values()),
+        )
         return Answer(
             trace_id=trace_id,
             question=request.question,
@@ -318,6 +326,7 @@ class AnswerWorkflow:
         model: str,
         plan: AnswerPlan,
         degradations: list[str],
+        stream_id: str,
     ) -> tuple[GenerateOutput | None, str, str]:
         fallback = plan.fallback_model
         routes = [("primary", model)]
@@ -327,7 +336,12 @@ class AnswerWorkflow:
             try:
                 generated = await call(
                     InferenceActivities.generate,
-                    GenerateInput(trace_id=trace_id, messages=messages, max_tokens=max_tokens),
+                    GenerateInput(
+                        trace_id=trace_id,
+                        messages=messages,
+                        max_tokens=max_tokens,
+                        stream_id=stream_id,
+                    ),
                     summary=f"generate with {name}",
                     task_queue=policies.llm_queue(name),
                 )

@@ -188,6 +188,7 @@ class ConversationWorkflow:
                 ),
                 plan=self.input.plan,
                 history=history,
+                stream_id=request.stream_id,
             ),
             id=f"answer-{self.workflow_id}-{user.ordinal}",
             static_summary=f"answer turn {user.ordinal}: {request.message[:60]}",

@@ -60,7 +60,7 @@ class LLMEngine(Protocol):
         messages: Messages,
         max_tokens: int,
         request_id: str,
-        on_tokens: Callable[[int], None] | None = None,
+        on_tokens: Callable[[int, str], None] | None = None,
     ) -> Generation: ...
 
     def running_requests(self) -> int:
@@ -118,7 +118,7 @@ class VllmEngine:
         messages: Messages,
         max_tokens: int,
         request_id: str,
-        on_tokens: Callable[[int], None] | None = None,
+        on_tokens: Callable[[int, str], None] | None = None,
     ) -> Generation:
         from vllm import SamplingParams
 
@@ -134,7 +134,8 @@ class VllmEngine:
                     first = time.perf_counter() - started
                 final = output
                 if on_tokens is not None:
-                    on_tokens(len(output.outputs[0].token_ids))
+                    # Cumulative output: the text so far, not a delta.
+                    on_tokens(len(output.outputs[0].token_ids), output.outputs[0].text)
         except asyncio.CancelledError:
             # Leaving the generator aborts the request too; saying so explicitly costs nothing.
             await self._engine.abort(request_id)
@@ -188,7 +189,7 @@ class OpenAIEngine:
         messages: Messages,
         max_tokens: int,
         request_id: str,
-        on_tokens: Callable[[int], None] | None = None,
+        on_tokens: Callable[[int, str], None] | None = None,
     ) -> Generation:
         prompt_tokens = self.count_prompt_tokens(messages)
         check_fits(prompt_tokens, max_tokens, self.max_model_len)
@@ -220,7 +221,7 @@ class OpenAIEngine:
                                 first = time.perf_counter() - started
                             parts.append(choice.delta.content)
                             if on_tokens is not None:
-                                on_tokens(len(parts))
+                                on_tokens(len(parts), "".join(parts))
                         if choice.finish_reason:
                             finish = choice.finish_reason
         finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,8 +20,8 @@ from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import VllmEngine
 from durable_rag.stack import EmbeddedPostgres
 from gateway.app import create_app
-from tests.conftest import CORPUS, Database, fresh_database, running_stack
-from tests.workflows.test_answer import DOCUMENTS, EXPECTED, QUESTION, answering
+from tests.conftest import Database, fresh_database
+from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,14 +39,7 @@ async def gateway_data(
     embedder: Embedder,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
-    corpus = tmp_path_factory.mktemp("gateway-corpus")
-    for relative in DOCUMENTS:
-        shutil.copy(CORPUS / relative, corpus / Path(relative).name)
-    data_dir = tmp_path_factory.mktemp("gateway-data")
-    async with running_stack(client, gateway_database, embedder, data_dir) as stack:
-        result = await (await stack.rag()).ingest([str(corpus)], tenant="t")
-        assert not result.failures
-    return data_dir
+    return await ingest_sample(client, gateway_database, embedder, tmp_path_factory)
 
 
 @asynccontextmanager
@@ -202,6 +194,13 @@ async def test_answers_and_conversations_stay_within_the_callers_tenant(
         assert (
             await http.get(f"/v1/runs/answer-{request_id}", headers=bearer(key_u))
         ).status_code == 404
+
+        # A question the model's context cannot hold fails in the workflow: still the caller's
+        # fault, so 422 with the cause, not 5xx.
+        too_long = await http.post(
+            "/v1/ask", json={"question": "word " * 1_500}, headers=bearer(key_t)
+        )
+        assert too_long.status_code == 422 and "PromptTooLong" in too_long.text, too_long.text
 
         # Tenant u has no documents: nothing of tenant t is retrieved or cited.
         other = await http.post(

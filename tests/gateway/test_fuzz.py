@@ -18,17 +18,22 @@ from temporalio.client import Client
 
 from durable_rag.client import RagClient
 from gateway.app import create_app
-from schemas.gateway import AskBody, MessageBody
+from schemas.gateway import AskBody, ChatCompletionBody, DocumentBody, MessageBody
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.integration
 
 QUEUE = f"fuzz-{uuid.uuid4().hex[:8]}"
 FIELDS = ["question", "message", "message_id", "top_k", "max_answer_tokens", "model",
-          "document_ids", "tenant"]  # fmt: skip
+          "document_ids", "tenant", "messages", "stream", "max_tokens", "n", "name",
+          "text"]  # fmt: skip
 ENDPOINTS: list[tuple[str, type[Any]]] = [
     ("/v1/ask", AskBody),
+    ("/v1/ask/stream", AskBody),
     ("/v1/conversations/fuzz-1/messages", MessageBody),
+    ("/v1/conversations/fuzz-1/messages/stream", MessageBody),
+    ("/v1/chat/completions", ChatCompletionBody),
+    ("/v1/documents", DocumentBody),
 ]
 
 scalars = (
@@ -59,9 +64,14 @@ def is_valid(model: type[Any], body: object) -> bool:
     return True
 
 
+_apps: dict[int, Any] = {}
+
+
 async def post(client: Client, path: str, content: bytes) -> int:
-    app_settings = make_settings(workflow_task_queue=QUEUE, gateway_auth=False)
-    app = create_app(app_settings, RagClient(client, app_settings))
+    if id(client) not in _apps:  # one app for the module, as one gateway process serves all
+        app_settings = make_settings(workflow_task_queue=QUEUE, gateway_auth=False)
+        _apps[id(client)] = create_app(app_settings, RagClient(client, app_settings))
+    app = _apps[id(client)]
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://gateway"
     ) as http:

@@ -95,6 +95,24 @@ async def ingested(
     return data_dir
 
 
+async def ingest_sample(
+    client: Client,
+    database: Database,
+    embedder: Embedder,
+    tmp_path_factory: pytest.TempPathFactory,
+    tenant: str = "t",
+) -> Path:
+    """Ingest DOCUMENTS for a tenant into a fresh data folder; returns the folder (its index)."""
+    corpus = tmp_path_factory.mktemp("sample-corpus")
+    for relative in DOCUMENTS:
+        shutil.copy(CORPUS / relative, corpus / Path(relative).name)
+    data_dir = tmp_path_factory.mktemp("sample-data")
+    async with running_stack(client, database, embedder, data_dir) as stack:
+        result = await (await stack.rag()).ingest([str(corpus)], tenant=tenant)
+        assert not result.failures
+    return data_dir
+
+
 def cited_files(answer: Answer) -> set[str]:
     return {Path(c.source).name for c in answer.citations}
 

@@ -8,7 +8,6 @@ from turn 1 survives in the rolling summary; a failing summarizer loses nothing.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,8 +28,8 @@ from durable_rag.stack import (
     wait_worker_ready,
 )
 from schemas.conversation import ChatRequest, ConversationHistory
-from tests.conftest import CORPUS, Database, fresh_database, running_stack
-from tests.workflows.test_answer import DOCUMENTS, answering
+from tests.conftest import Database, fresh_database
+from tests.workflows.test_answer import answering, ingest_sample
 from tests.workflows.test_ingest import save_history
 from tests.workflows.test_ingest_faults import worker_env
 from workflows.conversation import ConversationWorkflow, conversation_workflow_id
@@ -62,14 +61,7 @@ async def conversation_data(
     embedder: Embedder,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
-    corpus = tmp_path_factory.mktemp("conversation-corpus")
-    for relative in DOCUMENTS:
-        shutil.copy(CORPUS / relative, corpus / Path(relative).name)
-    data_dir = tmp_path_factory.mktemp("conversation-data")
-    async with running_stack(client, conversation_database, embedder, data_dir) as stack:
-        result = await (await stack.rag()).ingest([str(corpus)], tenant="t")
-        assert not result.failures
-    return data_dir
+    return await ingest_sample(client, conversation_database, embedder, tmp_path_factory)
 
 
 def assert_complete_and_ordered(stored: ConversationHistory | None, turns: int) -> None:

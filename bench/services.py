@@ -1,0 +1,44 @@
+"""The real services a benchmark runs on: Postgres and the Temporal dev server on free ports, in a
+scratch folder that is removed afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from durable_rag import policies
+from durable_rag.settings import Settings
+from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate
+
+
+@asynccontextmanager
+async def bench_services(prefix: str, **overrides: Any) -> AsyncIterator[tuple[Path, Settings]]:
+    """(scratch folder, settings pointing at the services, with uuid task queues)."""
+    work = Path(tempfile.mkdtemp(prefix=f"bench-{prefix}-"))
+    pg = EmbeddedPostgres(work / "pg", free_port())
+    temporal = TemporalDevServer(work / "temporal", free_port(), None, free_port())
+    try:
+        await asyncio.to_thread(pg.start)
+        pg.ensure_database("bench")
+        await asyncio.to_thread(temporal.start)
+        migrate(pg.url("bench"))
+        settings = Settings(
+            database_url=pg.url("bench"),
+            data_dir=work / "data",
+            temporal_address=temporal.address,
+            workflow_task_queue=f"bench-wf-{uuid.uuid4().hex[:6]}",
+            index_task_queue=f"bench-ix-{uuid.uuid4().hex[:6]}",
+            **overrides,
+        )
+        policies.configure(settings)
+        yield work, settings
+    finally:
+        temporal.stop()
+        pg.stop()
+        shutil.rmtree(work, ignore_errors=True)

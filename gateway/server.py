@@ -1,0 +1,24 @@
+"""The gateway process: logging with trace ids, then uvicorn. `durable-rag gateway` and
+`durable-rag up` run this; docker-compose runs `durable-rag gateway`."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from durable_rag.logs import setup_logging
+from durable_rag.settings import Settings
+from gateway.app import create_app
+
+
+def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+    setup_logging(settings)
+    uvicorn.run(
+        create_app(settings),
+        host=host or settings.gateway_host,
+        port=port or settings.gateway_port,
+        # Our logging, not uvicorn's: every line carries the trace id, and the gateway writes
+        # its own access line (with the request id) instead of uvicorn's.
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )

@@ -1,0 +1,88 @@
+"""Relay a generation's token stream (durable_rag/streaming.py) to one HTTP request."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from durable_rag.streaming import TokenEvent
+
+# After the workflow's result arrives, how long to wait for the stream's last text: it was
+# published before the activity returned, but travels on another connection.
+END_GRACE_SECONDS = 0.5
+
+# Cancellations sent after a client left: kept here so they finish (an unreferenced task may be
+# collected before it runs).
+_background: set[asyncio.Task[Any]] = set()
+
+
+def in_background(work: Coroutine[Any, Any, Any]) -> None:
+    task = asyncio.get_running_loop().create_task(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+
+
+@dataclass(frozen=True)
+class Reset:
+    """The text so far was abandoned (a retried attempt, or the fallback model): start over."""
+
+    part: str
+
+
+class _Parts:
+    def __init__(self) -> None:
+        self.part: str | None = None
+        self.ended = False
+
+    def accept(self, event: TokenEvent) -> list[Token | Reset]:
+        out: list[Token | Reset] = []
+        if event.part != self.part:
+            if self.part is not None:
+                out.append(Reset(event.part))
+            self.part, self.ended = event.part, False
+        if event.text:
+            out.append(Token(event.text))
+        self.ended = self.ended or event.end
+        return out
+
+
+async def relay(
+    queue: asyncio.Queue[TokenEvent], result: asyncio.Future[Any], timeout: float
+) -> AsyncIterator[Token | Reset]:
+    """Yield the stream's tokens until `result` is done, then what is left of the stream.
+    TimeoutError when the result is not in within `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    parts = _Parts()
+    while not result.done():
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise TimeoutError
+        getter = asyncio.ensure_future(queue.get())
+        try:
+            await asyncio.wait({getter, result}, timeout=remaining, return_when="FIRST_COMPLETED")
+        finally:
+            getter.cancel()
+        if getter.done() and not getter.cancelled():
+            for item in parts.accept(getter.result()):
+                yield item
+    grace = loop.time() + END_GRACE_SECONDS
+    while parts.part is not None and not parts.ended and loop.time() < grace:
+        try:
+            event = await asyncio.wait_for(queue.get(), timeout=grace - loop.time())
+        except TimeoutError:
+            break
+        for item in parts.accept(event):
+            yield item
+    with contextlib.suppress(asyncio.QueueEmpty):
+        while True:
+            for item in parts.accept(queue.get_nowait()):
+                yield item

@@ -1,0 +1,396 @@
+"""The gateway on a real uvicorn server over the real stack: SSE answers, a client that leaves
+mid-answer, the official OpenAI client, documents, and 50 concurrent streams.
+
+Acceptance checks 1, 2, 5 and 6 of the gateway issue, and the document half of check 8.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import uvicorn
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from durable_rag import keys
+from durable_rag.embedding import Embedder
+from durable_rag.llm.engine import VllmEngine
+from durable_rag.logs import trace_id_of
+from durable_rag.stack import EmbeddedPostgres, free_port
+from gateway.app import create_app
+from tests.conftest import Database, fresh_database
+from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
+from tests.workflows.test_ingest import save_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ESSAY = "Write a long, detailed essay about the history of text encodings."
+
+
+@pytest.fixture(scope="module")
+def stream_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
+    with fresh_database(pg_server) as db:
+        yield db
+
+
+@pytest.fixture(scope="module")
+async def stream_data(
+    client: Client,
+    stream_database: Database,
+    embedder: Embedder,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    return await ingest_sample(client, stream_database, embedder, tmp_path_factory)
+
+
+@asynccontextmanager
+async def served(
+    client: Client,
+    database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    data_dir: Path,
+    **overrides: Any,
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    """The stack, an LLM worker and the gateway on uvicorn on a free port, with an HTTP client
+    for it: real sockets, so a client that closes its connection is a real disconnect."""
+    async with answering(client, database, embedder, engine, data_dir, **overrides) as (
+        _,
+        rag,
+        _model,
+    ):
+        port = free_port()
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(rag.settings, rag), host="127.0.0.1", port=port, log_level="warning"
+            )
+        )
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            assert not serving.done(), "uvicorn did not start"
+            await asyncio.sleep(0.02)
+        try:
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}",
+                timeout=300,
+                limits=httpx.Limits(max_connections=60),
+            ) as http:
+                yield http, rag
+        finally:
+            server.should_exit = True
+            await serving
+
+
+async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """(event, data) pairs of a Server-Sent Events response."""
+    event, data = "message", list[str]()
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "message", list[str]()
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def closed_status(client: Client, workflow_id: str, within: float = 15) -> str:
+    handle = client.get_workflow_handle(workflow_id)
+    deadline = time.monotonic() + within
+    while True:
+        status = (await handle.describe()).status
+        if status != WorkflowExecutionStatus.RUNNING:
+            assert status is not None
+            return status.name
+        assert time.monotonic() < deadline, f"{workflow_id} is still running"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trace_id(
+    client: Client,
+    stream_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    stream_data: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, key = keys.create_key(stream_database.sessions, "t")
+    request_id = f"stream-{uuid.uuid4().hex[:10]}"
+    caplog.set_level(logging.INFO)
+    async with (
+        served(client, stream_database, embedder, engine, stream_data) as (http, _),
+        http.stream(
+            "POST",
+            "/v1/ask/stream",
+            json={"question": QUESTION, "max_answer_tokens": 48, "top_k": 2},
+            headers=bearer(key) | {"X-Request-ID": request_id},
+        ) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["X-Request-ID"] == request_id
+        events = [(event, data) async for event, data in sse(response)]
+    kinds = [event for event, _ in events]
+    assert kinds[0] == "start" and kinds[-1] == "answer", kinds
+    assert json.loads(events[0][1]) == {"trace_id": f"answer-{request_id}"}
+    tokens = [json.loads(data)["text"] for event, data in events if event == "token"]
+    assert len(tokens) >= 3, f"the text came in {len(tokens)} event(s), not as a stream"
+    answer = json.loads(events[-1][1])
+    assert "reset" not in kinds
+    assert "".join(tokens).strip() == answer["answer"]
+    assert answer["trace_id"] == f"answer-{request_id}"
+    assert any(Path(c["source"]).name == EXPECTED for c in answer["citations"])
+    assert {"retrieve", "generate"} <= set(answer["timings_ms"])
+    await save_history(client, f"answer-{request_id}", "answer-streamed")
+
+    # One trace id from the gateway through the workflow and its activities (R7).
+    traced = [r for r in caplog.records if request_id in trace_id_of(r)]
+    loggers = {r.name for r in traced}
+    assert "durable_rag.gateway" in loggers, loggers
+    assert "temporalio.workflow" in loggers, loggers
+    assert "temporalio.activity" in loggers, loggers
+
+
+async def test_a_conversation_turn_streams_its_tokens_and_is_stored(
+    client: Client,
+    stream_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    stream_data: Path,
+) -> None:
+    _, key = keys.create_key(stream_database.sessions, "t")
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    async with (
+        served(client, stream_database, embedder, engine, stream_data) as (http, _),
+        http.stream(
+            "POST",
+            f"/v1/conversations/{conversation}/messages/stream",
+            json={"message": QUESTION, "max_answer_tokens": 32, "top_k": 2},
+            headers=bearer(key),
+        ) as response,
+    ):
+        assert response.status_code == 200
+        events = [(event, data) async for event, data in sse(response)]
+        stored = await http.get(f"/v1/conversations/{conversation}", headers=bearer(key))
+    kinds = [event for event, _ in events]
+    assert kinds[-1] == "reply" and kinds.count("token") >= 3, kinds
+    reply = json.loads(events[-1][1])
+    tokens = "".join(json.loads(data)["text"] for event, data in events if event == "token")
+    assert tokens.strip() == reply["answer"]["answer"]
+    assert stored.status_code == 200
+    assert [t["text"] for t in stored.json()["turns"]] == [QUESTION, reply["answer"]["answer"]]
+
+
+async def test_leaving_mid_stream_stops_generation_in_the_engine_within_a_second(
+    client: Client,
+    stream_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    stream_data: Path,
+) -> None:
+    _, key = keys.create_key(stream_database.sessions, "t")
+    request_id = f"leave-{uuid.uuid4().hex[:10]}"
+    async with served(client, stream_database, embedder, engine, stream_data) as (http, _):
+        async with http.stream(
+            "POST",
+            "/v1/ask/stream",
+            json={"question": ESSAY, "max_answer_tokens": 256},
+            headers=bearer(key) | {"X-Request-ID": request_id},
+        ) as response:
+            async for event, _ in sse(response):
+                if event == "token":
+                    break
+            assert engine.running_requests() > 0, "the first token came, generation is on"
+        # Leaving the block closed the connection mid-stream.
+        left_at = time.monotonic()
+        while engine.running_requests() > 0:
+            assert time.monotonic() - left_at < 5, "the engine kept generating"
+            await asyncio.sleep(0.01)
+        stopped_after = time.monotonic() - left_at
+        assert await closed_status(client, f"answer-{request_id}") == "CANCELED"
+    print(f"generation stopped {stopped_after:.3f} s after the client left")  # shown with -s
+    assert stopped_after < 1.0, f"generation stopped {stopped_after:.2f} s after the client left"
+
+
+async def test_the_official_openai_client_works_streaming_and_not(
+    client: Client,
+    stream_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    stream_data: Path,
+) -> None:
+    _, key = keys.create_key(stream_database.sessions, "t")
+    async with served(client, stream_database, embedder, engine, stream_data) as (http, rag):
+        url = str(http.base_url).rstrip("/")
+        oa = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+        listed = [m.id async for m in oa.models.list()]
+        assert listed[0] == "durable-rag" and rag.settings.llm_name in listed
+
+        completion = await oa.chat.completions.create(
+            model="durable-rag",
+            messages=[{"role": "user", "content": QUESTION}],
+            max_tokens=32,
+        )
+        text = completion.choices[0].message.content
+        assert text and completion.choices[0].finish_reason == "stop"
+        assert completion.usage is not None and completion.usage.completion_tokens > 0
+        extra = completion.model_extra or {}
+        assert any(Path(c["source"]).name == EXPECTED for c in extra["citations"])
+
+        stream = await oa.chat.completions.create(
+            model=rag.settings.llm_name,
+            messages=[
+                {"role": "user", "content": "What is UTF-8?"},
+                {"role": "assistant", "content": "A text encoding."},
+                {"role": "user", "content": QUESTION},
+            ],
+            max_tokens=32,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = [chunk async for chunk in stream]
+        pieces = [
+            c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+        ]
+        assert len(pieces) >= 3, f"the text came in {len(pieces)} chunk(s)"
+        finals = [c for c in chunks if c.choices and c.choices[0].finish_reason == "stop"]
+        assert len(finals) == 1 and (finals[0].model_extra or {})["citations"]
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+        # Another tenant's key sees none of tenant t's documents.
+        _, key_u = keys.create_key(stream_database.sessions, "u")
+        other = await openai.AsyncOpenAI(
+            base_url=f"{url}/v1", api_key=key_u, max_retries=0, timeout=120
+        ).chat.completions.create(
+            model="durable-rag", messages=[{"role": "user", "content": QUESTION}], max_tokens=8
+        )
+        assert (other.model_extra or {})["citations"] == []
+
+        with pytest.raises(openai.NotFoundError, match="not served here"):
+            await oa.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+            )
+        with pytest.raises(openai.UnprocessableEntityError, match="last message"):
+            await oa.chat.completions.create(
+                model="durable-rag", messages=[{"role": "assistant", "content": "hi"}]
+            )
+        with pytest.raises(openai.AuthenticationError):
+            await openai.AsyncOpenAI(
+                base_url=f"{url}/v1", api_key="drk_wrong", max_retries=0
+            ).chat.completions.create(
+                model="durable-rag", messages=[{"role": "user", "content": "hi"}]
+            )
+
+
+async def test_documents_are_ingested_once_per_key_and_deleted_only_by_their_tenant(
+    client: Client,
+    stream_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    stream_data: Path,
+) -> None:
+    _, key_t = keys.create_key(stream_database.sessions, "t")
+    _, key_u = keys.create_key(stream_database.sessions, "u")
+    fact = "The Zorblatt refund window is forty-three days from the date of delivery."
+    question = "How long is the Zorblatt refund window?"
+    async with served(client, stream_database, embedder, engine, stream_data) as (http, rag):
+        body = {"name": "zorblatt-refunds.md", "text": f"# Refunds\n\n{fact}\n"}
+        idem = {"Idempotency-Key": f"k-{uuid.uuid4().hex}"}
+        first = await http.post("/v1/documents", json=body, headers=bearer(key_t) | idem)
+        assert first.status_code == 202, first.text
+        again = await http.post("/v1/documents", json=body, headers=bearer(key_t) | idem)
+        assert again.status_code == 202 and again.json()["duplicate"] is True
+        assert again.json()["workflow_id"] == first.json()["workflow_id"]
+        changed = await http.post(
+            "/v1/documents", json=body | {"text": "other"}, headers=bearer(key_t) | idem
+        )
+        assert changed.status_code == 409, changed.text
+        run_id, document_id = first.json()["workflow_id"], first.json()["document_id"]
+        assert await closed_status(client, run_id, within=60) == "COMPLETED"
+        run = await http.get(f"/v1/runs/{run_id}", headers=bearer(key_t))
+        assert run.json()["status"] == "completed"
+
+        upload = await http.post(
+            "/v1/documents/upload",
+            files={"file": ("notes.txt", b"Plain notes about nothing in particular.\n")},
+            headers=bearer(key_t),
+        )
+        assert upload.status_code == 202, upload.text
+        assert await closed_status(client, upload.json()["workflow_id"], 60) == "COMPLETED"
+        bad_name = await http.post(
+            "/v1/documents", json={"name": "evil.exe", "text": "x"}, headers=bearer(key_t)
+        )
+        assert bad_name.status_code == 422
+
+        for mode in ("dense", "keyword"):
+            found = await rag.search(question, tenant="t", top_k=3, mode=mode)
+            assert str(found.passages[0].document_id) == document_id, mode
+
+        theirs = await http.delete(f"/v1/documents/{document_id}", headers=bearer(key_u))
+        assert theirs.status_code == 404, theirs.text
+        missing = await http.delete(f"/v1/documents/{uuid.uuid4()}", headers=bearer(key_t))
+        assert missing.status_code == 404
+        deleted = await http.delete(f"/v1/documents/{document_id}", headers=bearer(key_t))
+        assert deleted.status_code == 200, deleted.text
+        assert deleted.json()["already_deleted"] is False
+        assert deleted.json()["chunks_removed"] >= 1
+        for mode in ("dense", "keyword", "hybrid"):
+            found = await rag.search(question, tenant="t", top_k=10, mode=mode)
+            assert document_id not in {str(p.document_id) for p in found.passages}, mode
+        assert (
+            stream_database.scalar(
+                "SELECT count(*) FROM chunks WHERE document_id = %s", document_id
+            )
+            == 0
+        )
+        await save_history(client, deleted.json()["workflow_id"], "delete-document")
+        twice = await http.delete(f"/v1/documents/{document_id}", headers=bearer(key_t))
+        assert twice.status_code == 200 and twice.json()["already_deleted"] is True
+
+
+async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_running(
+    client: Client,
+    stream_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    stream_data: Path,
+) -> None:
+    _, key = keys.create_key(stream_database.sessions, "t")
+    batch = uuid.uuid4().hex[:8]
+    questions = [QUESTION, "Where did the Great Fire of London begin?", "What do lighthouses do?"]
+
+    async def one(http: httpx.AsyncClient, n: int) -> str:
+        async with http.stream(
+            "POST",
+            "/v1/ask/stream",
+            json={"question": questions[n % 3], "max_answer_tokens": 12, "top_k": 2},
+            headers=bearer(key) | {"X-Request-ID": f"load-{batch}-{n}"},
+        ) as response:
+            assert response.status_code == 200, await response.aread()
+            kinds = [event async for event, _ in sse(response)]
+        assert kinds[-1] in ("answer", "error"), kinds
+        return kinds[-1]
+
+    async with served(
+        client, stream_database, embedder, engine, stream_data, gateway_request_timeout_seconds=240
+    ) as (http, _):
+        endings = await asyncio.gather(*(one(http, n) for n in range(50)))
+        statuses = [await closed_status(client, f"answer-load-{batch}-{n}") for n in range(50)]
+    assert endings.count("answer") + endings.count("error") == 50
+    assert all(s in ("COMPLETED", "CANCELED", "FAILED", "TIMED_OUT") for s in statuses)
+    assert endings.count("answer") == statuses.count("COMPLETED")

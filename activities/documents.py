@@ -9,14 +9,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import beating
 from durable_rag import ids, parsing, policies, uploads
 from durable_rag.chunking import chunk_document
-from durable_rag.db import Chunk, Document, DocumentStatus, Upload
+from durable_rag.db import Chunk, Document, DocumentStatus, Upload, dead_chunk
 from durable_rag.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
 from durable_rag.retrieval import keyword_query
 from schemas.common import DocumentFailure, DocumentVersion
@@ -29,6 +30,7 @@ from schemas.ingest import (
     StageBatchInput,
     StageBatchOutput,
 )
+from schemas.maintenance import ChunkStats, CompactionInput, PurgeChunksOutput
 from schemas.search import (
     HydrateInput,
     HydrateOutput,
@@ -321,6 +323,59 @@ class DocumentActivities:
                 if doc.version == 0:
                     doc.status = DocumentStatus.FAILED
         DOCUMENTS_INGESTED.labels("failed").inc(len(request.documents))
+
+    # --- compaction -----------------------------------------------------------------------------
+
+    @activity.defn
+    def purge_dead_chunks(self, request: CompactionInput) -> PurgeChunksOutput:
+        """Delete up to `batch_size` dead chunk rows: those of tombstoned documents and of
+        versions that are neither active nor staged. Readers never see them; this reclaims them."""
+        with self.sessions.begin() as session:
+            dead = (
+                select(Chunk.id)
+                .join(Document, Document.id == Chunk.document_id)
+                .where(dead_chunk())
+                .limit(request.batch_size)
+            )
+            removed = session.execute(
+                delete(Chunk).where(Chunk.id.in_(dead)).returning(Chunk.id)
+            ).all()
+        return PurgeChunksOutput(removed=len(removed))
+
+    @activity.defn
+    def chunk_stats(self, request: CompactionInput) -> ChunkStats:
+        with self.sessions() as session:
+            total = session.scalar(select(func.count()).select_from(Chunk)) or 0
+            live = (
+                session.scalar(
+                    select(func.count())
+                    .select_from(Chunk)
+                    .join(Document, Document.id == Chunk.document_id)
+                    .where(~dead_chunk())
+                )
+                or 0
+            )
+            tombstones = (
+                session.scalar(
+                    select(func.count())
+                    .select_from(Document)
+                    .where(Document.status == DocumentStatus.DELETED)
+                )
+                or 0
+            )
+        return ChunkStats(chunks=total, live_chunks=live, tombstoned_documents=tombstones)
+
+    @activity.defn
+    def vacuum_chunks(self, request: CompactionInput) -> None:
+        """VACUUM (ANALYZE) the tables compaction deleted from: the space is reused and the
+        planner's statistics are fresh."""
+        engine = self.sessions.kw["bind"]
+
+        def vacuum() -> None:
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(text("VACUUM (ANALYZE) chunks, documents, uploads"))
+
+        beating(vacuum)
 
     # --- retrieval ------------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from durable_rag.client import RagClient  # noqa: E402
 from durable_rag.db import make_sessionmaker  # noqa: E402
 from durable_rag.embedding import load_embedder  # noqa: E402
 from durable_rag.index import open_index  # noqa: E402
+from durable_rag.index.generations import Generations  # noqa: E402
 from durable_rag.llm.engine import EngineConfig, VllmEngine  # noqa: E402
 from durable_rag.llm.models import resolve_generator  # noqa: E402
 from durable_rag.retrieval import SYSTEM_PROMPT, Scored, assemble_context, build_prompt, fuse  # noqa: E402
@@ -82,7 +83,10 @@ async def main_async(requests: int, max_tokens: int) -> None:
         )
         client = await connect(settings)
         documents = DocumentActivities(sessions, embedder.tokenizer, 512, 0.15, 10**7)
-        vectors = VectorIndexActivities(index, embedder, sessions)
+        generations = Generations(
+            settings, sessions, embedder.name, embedder.dimension, opened=index
+        )
+        vectors = VectorIndexActivities(generations, embedder, sessions)
         rag = RagClient(client, settings)
         corpus = work / "corpus"
         corpus.mkdir()

@@ -44,6 +44,8 @@ from schemas.conversation import (
 from schemas.documents import DocumentDeleted, DocumentRef
 from schemas.gateway import DocumentAccepted
 from schemas.ingest import IngestProgress, IngestRequest, IngestResult, IngestWorkflowInput
+from schemas.maintenance import CompactionInput, CompactionReport
+from schemas.rebuild import RebuildInput, RebuildReport
 from schemas.search import (
     RetrievalMode,
     RetrievalPlan,
@@ -53,9 +55,11 @@ from schemas.search import (
 )
 from workers.common import connect
 from workflows.answer import AnswerWorkflow
+from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow, conversation_workflow_id
 from workflows.delete_document import DeleteDocumentWorkflow, delete_workflow_id
 from workflows.ingest import IngestWorkflow
+from workflows.rebuild import RebuildIndexWorkflow, rebuild_workflow_id
 from workflows.search import SearchWorkflow
 
 
@@ -222,6 +226,39 @@ class RagClient:
             memo={"tenant": ref.tenant},
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"delete document {document_id} of tenant {ref.tenant}",
+        )
+
+    async def compact(self, batch_size: int | None = None) -> CompactionReport:
+        """Run a compaction now (the schedule runs it nightly)."""
+        request = CompactionInput(batch_size=batch_size or self.settings.compaction_batch_size)
+        return await self.client.execute_workflow(
+            CompactionWorkflow.run,
+            request,
+            id=f"compact-{uuid.uuid4().hex[:12]}",
+            task_queue=self.settings.workflow_task_queue,
+            static_summary="compaction, started by hand",
+        )
+
+    def rebuild_input(self, grace_seconds: float | None = None) -> RebuildInput:
+        s = self.settings
+        return RebuildInput(
+            batch_size=s.rebuild_batch_size,
+            hnsw_m=s.hnsw_m,
+            hnsw_ef_construct=s.hnsw_ef_construct,
+            grace_seconds=s.rebuild_grace_seconds if grace_seconds is None else grace_seconds,
+        )
+
+    async def start_rebuild(
+        self, grace_seconds: float | None = None
+    ) -> WorkflowHandle[RebuildIndexWorkflow, RebuildReport]:
+        """Start a rebuild, or attach to the one running (one at a time per collection)."""
+        return await self.client.start_workflow(
+            RebuildIndexWorkflow.run,
+            self.rebuild_input(grace_seconds),
+            id=rebuild_workflow_id(self.settings.qdrant_collection),
+            task_queue=self.settings.workflow_task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"rebuild the index {self.settings.qdrant_collection}",
         )
 
     def retrieval_plan(self, top_k: int = 1) -> RetrievalPlan:

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     Computed,
     DateTime,
     ForeignKey,
@@ -27,8 +28,11 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    and_,
     create_engine,
     func,
+    or_,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlalchemy.engine import Engine
@@ -218,6 +222,55 @@ class Upload(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
+class GenerationStatus:
+    BUILDING = "building"  # receives every write and the rebuild's copy; serves no query
+    ACTIVE = "active"  # serves queries; one per collection
+    RETIRED = "retired"  # replaced; kept for the grace period, then dropped
+    DROPPED = "dropped"
+    FAILED = "failed"  # a rebuild that did not verify; dropped
+
+
+class IndexGeneration(Base):
+    """One physical vector index (an Edge folder or a Qdrant collection) of a collection. A
+    rebuild builds a new generation beside the active one and switches this pointer."""
+
+    __tablename__ = "index_generations"
+    __table_args__ = (
+        Index(
+            "uq_index_generations_one_active",
+            "collection",
+            unique=True,
+            postgresql_where=text("status = 'active'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    collection: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str] = mapped_column(String(96), unique=True)
+    status: Mapped[str] = mapped_column(String(16))
+    embedding_model: Mapped[str] = mapped_column(Text)
+    dimension: Mapped[int] = mapped_column(Integer)
+    hnsw_m: Mapped[int] = mapped_column(Integer)
+    hnsw_ef_construct: Mapped[int] = mapped_column(Integer)
+    workflow_id: Mapped[str | None] = mapped_column(String(256))
+    points: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+def dead_chunk() -> ColumnElement[bool]:
+    """A chunk row no reader can see (joined with its document): its document is tombstoned, or
+    its version is neither the active one nor the one being staged."""
+    return or_(
+        Document.status == DocumentStatus.DELETED,
+        and_(
+            Chunk.version != Document.version,
+            or_(Document.pending_version.is_(None), Chunk.version != Document.pending_version),
+        ),
     )
 
 

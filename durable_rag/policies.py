@@ -52,6 +52,14 @@ class Fallback(StrEnum):
     )
     DEFAULT_REPLY = "the default reply that says the service is degraded"
     NOT_CACHED = "return the answer uncached; a later LLM outage finds no cached answer for it"
+    OLD_GENERATION_SERVES = (
+        "fail the rebuild and drop the half-built generation: the active one never stopped "
+        "serving; run the rebuild again"
+    )
+    RERUN_LATER = (
+        "fail the run: what is left is invisible to readers already; the next run (the "
+        "nightly schedule, or `durable-rag compact`) goes on from there"
+    )
     TOMBSTONE_HIDES = (
         "fail the delete run: the tombstone already hides the document from every retrieval "
         "path; deleting again (or compaction) removes what is left"
@@ -267,6 +275,89 @@ DECLARED: dict[str, ActivityPolicy] = {
         retry=_retry(attempts=10),
         fallback=Fallback.TOMBSTONE_HIDES,
         expected_latency="one transaction: ~10 ms per thousand chunks",
+    ),
+    # --- compaction ---------------------------------------------------------------------------
+    "index_stats": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(minutes=1),
+        retry=_retry(attempts=10, maximum=30),
+        fallback=Fallback.RERUN_LATER,
+        expected_latency="~1 ms (an exact count)",
+    ),
+    "chunk_stats": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(minutes=5),
+        retry=_retry(attempts=10, maximum=30),
+        fallback=Fallback.RERUN_LATER,
+        expected_latency="one scan of chunks: ~100 ms per 100k rows",
+    ),
+    "purge_dead_chunks": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(minutes=5),
+        retry=_retry(attempts=10, maximum=60),
+        fallback=Fallback.RERUN_LATER,
+        expected_latency="~50 ms per 1000 rows",
+    ),
+    "sweep_index": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(hours=2),
+        heartbeat=timedelta(minutes=2),
+        retry=_retry(attempts=10, maximum=60),
+        fallback=Fallback.RERUN_LATER,
+        expected_latency="~1 s per 10k points",
+    ),
+    "optimize_index": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(hours=1),
+        heartbeat=timedelta(minutes=2),
+        retry=_retry(attempts=3, maximum=60),
+        fallback=Fallback.SKIP,
+        expected_latency="seconds to minutes, with the index size",
+    ),
+    "vacuum_chunks": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(hours=1),
+        heartbeat=timedelta(minutes=2),
+        retry=_retry(attempts=3, maximum=60),
+        fallback=Fallback.SKIP,
+        expected_latency="seconds per million rows",
+    ),
+    # --- rebuild ------------------------------------------------------------------------------
+    "begin_generation": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(minutes=2),
+        retry=_retry(attempts=10, maximum=30),
+        fallback=Fallback.OLD_GENERATION_SERVES,
+        expected_latency="~50 ms (one row, an empty index)",
+    ),
+    "copy_chunks": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(minutes=10),
+        retry=_retry(attempts=20, maximum=60),
+        fallback=Fallback.OLD_GENERATION_SERVES,
+        expected_latency="embedding bound: a 256-chunk batch in ~3-10 s on 2 CPU cores",
+    ),
+    "verify_generation": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(minutes=30),
+        heartbeat=timedelta(minutes=2),
+        retry=_retry(attempts=5, maximum=60),
+        fallback=Fallback.OLD_GENERATION_SERVES,
+        expected_latency="~1 s per 10k points, plus what it has to add",
+    ),
+    "activate_generation": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(minutes=1),
+        retry=_retry(attempts=20, maximum=30),
+        fallback=Fallback.FAIL_FLOW,
+        expected_latency="one transaction: ~5 ms",
+    ),
+    "drop_generation": ActivityPolicy(
+        queue=Queue.INDEX,
+        start_to_close=timedelta(minutes=10),
+        retry=_retry(attempts=10, maximum=60),
+        fallback=Fallback.SKIP,
+        expected_latency="~100 ms (files or a collection deleted)",
     ),
     "hydrate_hits": ActivityPolicy(
         queue=Queue.WORKFLOW,

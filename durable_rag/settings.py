@@ -328,6 +328,31 @@ class Settings(BaseSettings):
         "Set it to ~1.5x the measured inference P99 (bench/answer.py).",
     )
 
+    # --- index maintenance ------------------------------------------------------------------
+    compaction_cron: str = Field(
+        default="0 3 * * *",
+        pattern=r"^((\S+\s+){4}\S+)?$",
+        description="When the compaction schedule runs (cron, UTC; five fields); empty: none. "
+        "Applied by `durable-rag schedules apply`.",
+    )
+    compaction_batch_size: int = Field(
+        default=1_000, ge=10, le=100_000, description="Rows or points one compaction step removes."
+    )
+
+    rebuild_cron: str = Field(
+        default="",
+        pattern=r"^((\S+\s+){4}\S+)?$",
+        description="Periodic index rebuilds (cron, UTC); empty: none (a rebuild still starts "
+        "on a model or HNSW change, and on demand).",
+    )
+    rebuild_batch_size: int = Field(default=256, ge=8, le=10_000, description="Chunks per step.")
+    rebuild_grace_seconds: float = Field(
+        default=3_600,
+        ge=0,
+        le=30 * 86_400,
+        description="How long the replaced index generation is kept after a rebuild switches.",
+    )
+
     # --- activities -------------------------------------------------------------------------
     activity_policies: dict[str, ActivityPolicyOverride] = Field(
         default_factory=dict,

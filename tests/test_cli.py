@@ -24,6 +24,9 @@ runner = CliRunner()
         (["history", "bad id!"], "conversation_id"),
         (["keys", "create", "--tenant", "bad tenant"], "tenant"),
         (["worker", "gpu-thing"], "unknown worker kind"),
+        (["delete", "not-a-uuid"], "not a document id"),
+        (["compact", "--batch-size", "1"], "batch-size"),
+        (["rebuild", "--grace", "-5"], "grace"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None:

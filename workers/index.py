@@ -19,9 +19,11 @@ from temporalio.worker import Worker
 from activities.rerank import RerankActivities
 from activities.vector_index import VectorIndexActivities
 from durable_rag import policies
-from durable_rag.db import make_sessionmaker
+from durable_rag.client import RagClient
+from durable_rag.db import IndexGeneration, make_sessionmaker
 from durable_rag.embedding import Embedder, load_embedder
-from durable_rag.index import VectorIndex, open_index
+from durable_rag.index import VectorIndex
+from durable_rag.index.generations import Generations
 from durable_rag.logs import setup_logging
 from durable_rag.rerank import Reranker, load_reranker
 from durable_rag.settings import Settings
@@ -33,14 +35,20 @@ log = logging.getLogger(__name__)
 def build_worker(
     client: Client,
     settings: Settings,
-    index: VectorIndex,
+    index: VectorIndex | Generations,
     embedder: Embedder,
     sessions: sessionmaker[Session],
     executor: ThreadPoolExecutor,
     task_queue: str | None = None,
     reranker: Reranker | None = None,
 ) -> Worker:
-    vectors = VectorIndexActivities(index, embedder, sessions)
+    """`index`: the collection's generations, or an index already open (generation one)."""
+    generations = (
+        index
+        if isinstance(index, Generations)
+        else Generations(settings, sessions, embedder.name, embedder.dimension, opened=index)
+    )
+    vectors = VectorIndexActivities(generations, embedder, sessions)
     reranking = RerankActivities(reranker)
     return Worker(
         client,
@@ -49,6 +57,14 @@ def build_worker(
             vectors.index_documents,
             vectors.purge_superseded,
             vectors.delete_document_points,
+            vectors.index_stats,
+            vectors.sweep_index,
+            vectors.optimize_index,
+            vectors.begin_generation,
+            vectors.copy_chunks,
+            vectors.verify_generation,
+            vectors.activate_generation,
+            vectors.drop_generation,
             vectors.dense_search,
             reranking.rerank,
         ],
@@ -72,23 +88,47 @@ async def main(settings: Settings) -> None:
     setup_logging(settings)
     policies.configure(settings)
     embedder = load_embedder_for(settings)
-    index = open_index(settings, embedder.dimension)
+    sessions = make_sessionmaker(settings.sqlalchemy_url)
+    generations = Generations(settings, sessions, embedder.name, embedder.dimension)
+    active = generations.active_row()
+    if generations.compatible(active):
+        generations.handle(active)  # open it before polling: no query waits for it
     reranker = (
         load_reranker(settings.reranker_model, settings.data_dir, settings.embedding_device)
         if settings.reranker_model
         else None
     )
-    sessions = make_sessionmaker(settings.sqlalchemy_url)
     client = await connect(settings, make_runtime(settings))
 
     async def close_index() -> None:
-        index.close()
+        generations.close()
 
     with ThreadPoolExecutor(settings.worker_max_concurrent_activities) as executor:
         worker = build_worker(
-            client, settings, index, embedder, sessions, executor, reranker=reranker
+            client, settings, generations, embedder, sessions, executor, reranker=reranker
         )
+        reason = rebuild_reason(active, settings, embedder)
+        if reason:
+            # The index does not match the settings: build a generation that does, while the
+            # current one (or keyword search, for another model's) keeps serving.
+            log.warning("index generation %s: %s; starting a rebuild", active.name, reason)
+            await RagClient(client, settings).start_rebuild()
         await run_until_signalled(worker, on_stop=close_index)
+
+
+def rebuild_reason(active: IndexGeneration, settings: Settings, embedder: Embedder) -> str:
+    """Why the active generation does not match this worker's settings, or ''."""
+    if (active.embedding_model, active.dimension) != (embedder.name, embedder.dimension):
+        return (
+            f"built with {active.embedding_model} ({active.dimension}), the worker embeds with "
+            f"{embedder.name} ({embedder.dimension})"
+        )
+    if (active.hnsw_m, active.hnsw_ef_construct) != (settings.hnsw_m, settings.hnsw_ef_construct):
+        return (
+            f"HNSW m={active.hnsw_m}, ef_construct={active.hnsw_ef_construct}; settings say "
+            f"m={settings.hnsw_m}, ef_construct={settings.hnsw_ef_construct}"
+        )
+    return ""
 
 
 if __name__ == "__main__":

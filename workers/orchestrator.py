@@ -25,9 +25,11 @@ from durable_rag.logs import setup_logging
 from durable_rag.settings import Settings
 from workers.common import connect, make_runtime, run_until_signalled
 from workflows.answer import AnswerWorkflow
+from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow
 from workflows.delete_document import DeleteDocumentWorkflow
 from workflows.ingest import IngestWorkflow
+from workflows.rebuild import RebuildIndexWorkflow
 from workflows.search import SearchWorkflow
 
 WORKFLOWS = [
@@ -36,6 +38,8 @@ WORKFLOWS = [
     AnswerWorkflow,
     ConversationWorkflow,
     DeleteDocumentWorkflow,
+    CompactionWorkflow,
+    RebuildIndexWorkflow,
 ]
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,9 @@ def build_worker(
             documents.discard_pending,
             documents.tombstone_document,
             documents.purge_document,
+            documents.purge_dead_chunks,
+            documents.chunk_stats,
+            documents.vacuum_chunks,
             documents.hydrate_hits,
             documents.keyword_search,
             cache.lookup_cached_answer,

@@ -60,4 +60,7 @@ class VectorIndex(Protocol):
     def point_ids(self, tenant: str | None = None) -> list[uuid.UUID]:
         """Every point id, in no order; for verification and rebuilds."""
 
+    def optimize(self) -> None:
+        """Reclaim the space of deleted points (compaction)."""
+
     def close(self) -> None: ...

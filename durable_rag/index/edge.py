@@ -30,6 +30,7 @@ class EdgeIndex:
         self.dimension = dimension
         self._ef_search = hnsw_ef_search
         self._lock = threading.Lock()
+        self._closed = False
         hnsw = qe.HnswIndexConfig(
             m=hnsw_m, ef_construct=hnsw_ef_construct, full_scan_threshold=10_000
         )
@@ -161,4 +162,6 @@ class EdgeIndex:
 
     def close(self) -> None:
         with self._lock:
-            self._shard.close()
+            if not self._closed:  # a dropped generation is closed before its owner closes it
+                self._shard.close()
+                self._closed = True

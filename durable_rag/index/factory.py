@@ -1,32 +1,48 @@
-"""Opens the index the settings name."""
+"""Opens the index the settings name (or one generation of it)."""
 
 from __future__ import annotations
+
+import shutil
 
 from durable_rag.index.base import VectorIndex
 from durable_rag.settings import Settings
 
 
-def open_index(settings: Settings, dimension: int) -> VectorIndex:
+def open_index(
+    settings: Settings,
+    dimension: int,
+    name: str | None = None,
+    hnsw_m: int | None = None,
+    hnsw_ef_construct: int | None = None,
+) -> VectorIndex:
+    """`name`: a generation's physical name (default: the collection itself, generation one);
+    the HNSW parameters apply when it is created."""
+    name = name or settings.qdrant_collection
+    m = hnsw_m or settings.hnsw_m
+    ef_construct = hnsw_ef_construct or settings.hnsw_ef_construct
     if settings.vector_backend == "edge":
         from durable_rag.index.edge import EdgeIndex
 
         return EdgeIndex(
-            settings.index_path / settings.qdrant_collection,
-            dimension,
-            settings.hnsw_m,
-            settings.hnsw_ef_construct,
-            settings.hnsw_ef_search,
+            settings.index_path / name, dimension, m, ef_construct, settings.hnsw_ef_search
         )
     from qdrant_client import QdrantClient
 
     from durable_rag.index.qdrant import QdrantServerIndex
 
     client = QdrantClient(url=settings.qdrant_url, timeout=int(settings.qdrant_timeout_seconds))
-    return QdrantServerIndex(
-        client,
-        settings.qdrant_collection,
-        dimension,
-        settings.hnsw_m,
-        settings.hnsw_ef_construct,
-        settings.hnsw_ef_search,
-    )
+    return QdrantServerIndex(client, name, dimension, m, ef_construct, settings.hnsw_ef_search)
+
+
+def drop_index(settings: Settings, name: str) -> None:
+    """Delete a generation's data for good (it must be closed)."""
+    if settings.vector_backend == "edge":
+        shutil.rmtree(settings.index_path / name, ignore_errors=True)
+        return
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(url=settings.qdrant_url, timeout=int(settings.qdrant_timeout_seconds))
+    try:
+        client.delete_collection(name)
+    finally:
+        client.close()

@@ -155,5 +155,8 @@ class QdrantServerIndex:
             if offset is None:
                 return ids
 
+    def optimize(self) -> None:
+        pass  # the server's optimizer vacuums and merges segments by itself
+
     def close(self) -> None:
         self.client.close()

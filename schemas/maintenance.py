@@ -1,0 +1,45 @@
+"""Contracts of index maintenance: compaction."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from schemas.common import Contract
+
+
+class CompactionInput(Contract):
+    batch_size: int = Field(
+        default=1_000, ge=10, le=100_000, description="Rows or points removed per activity."
+    )
+
+
+class PurgeChunksOutput(Contract):
+    removed: int
+
+
+class SweepIndexOutput(Contract):
+    points_checked: int
+    points_removed: int
+
+
+class IndexStats(Contract):
+    points: int
+
+
+class ChunkStats(Contract):
+    chunks: int = Field(description="Every row of `chunks`.")
+    live_chunks: int = Field(description="Rows of active or staged versions: what the index holds.")
+    tombstoned_documents: int
+
+
+class CompactionReport(Contract):
+    workflow_id: str
+    chunks_removed: int = Field(description="Dead rows deleted from Postgres.")
+    points_removed: int = Field(description="Index points with no live chunk, deleted.")
+    points_before: int
+    points_after: int
+    chunks_before: int
+    chunks_after: int
+    live_chunks: int
+    counts_match: bool = Field(description="The index holds exactly the live chunks.")
+    degradations: list[str] = Field(default_factory=list)

@@ -1,0 +1,93 @@
+"""CompactionWorkflow: remove what deletes and new versions left behind (R18).
+
+  count (index points, Postgres chunks) -> delete dead chunk rows in batches -> delete index
+  points that no live chunk backs -> optimize the index -> VACUUM the tables -> count again.
+
+Dead rows and points are invisible to readers already (every read joins the active version), so
+compaction only reclaims space; it is safe while ingests and queries run (a version being staged
+is live) and safe to kill and rerun: every step is idempotent and the next run picks up what is
+left. Scheduled nightly by `durable-rag schedules apply`; id `compact-<date>` there, or
+`compact-<hex>` by hand (`durable-rag compact`).
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.documents import DocumentActivities
+    from activities.vector_index import VectorIndexActivities
+    from schemas.maintenance import CompactionInput, CompactionReport
+    from workflows.calls import call, describe, is_cancellation
+
+
+@workflow.defn
+class CompactionWorkflow:
+    @workflow.run
+    async def run(self, request: CompactionInput) -> CompactionReport:
+        points_before = await call(
+            VectorIndexActivities.index_stats, request, summary="count the index's points"
+        )
+        chunks_before = await call(
+            DocumentActivities.chunk_stats, request, summary="count chunk rows, live and dead"
+        )
+        chunks_removed = 0
+        while True:
+            batch = await call(
+                DocumentActivities.purge_dead_chunks,
+                request,
+                summary=f"delete up to {request.batch_size} dead chunk rows",
+            )
+            chunks_removed += batch.removed
+            if batch.removed < request.batch_size:
+                break
+        swept = await call(
+            VectorIndexActivities.sweep_index,
+            request,
+            summary="delete index points that no live chunk backs",
+        )
+        degradations: list[str] = []
+        # Both only reclaim space: a failure is reported, not fatal.
+        try:
+            await call(VectorIndexActivities.optimize_index, request, summary="optimize the index")
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"optimizing the index failed: {describe(err)}")
+        try:
+            await call(
+                DocumentActivities.vacuum_chunks,
+                request,
+                summary="VACUUM (ANALYZE) the chunk tables",
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"VACUUM failed: {describe(err)}")
+        points_after = await call(
+            VectorIndexActivities.index_stats, request, summary="count the index's points again"
+        )
+        chunks_after = await call(
+            DocumentActivities.chunk_stats, request, summary="count chunk rows again"
+        )
+        report = CompactionReport(
+            workflow_id=workflow.info().workflow_id,
+            chunks_removed=chunks_removed,
+            points_removed=swept.points_removed,
+            points_before=points_before.points,
+            points_after=points_after.points,
+            chunks_before=chunks_before.chunks,
+            chunks_after=chunks_after.chunks,
+            live_chunks=chunks_after.live_chunks,
+            counts_match=points_after.points == chunks_after.live_chunks,
+            degradations=degradations,
+        )
+        workflow.logger.info(
+            "compacted: %d chunk rows and %d points removed; index %d -> %d points",
+            report.chunks_removed,
+            report.points_removed,
+            report.points_before,
+            report.points_after,
+        )
+        return report

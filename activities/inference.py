@@ -137,7 +137,13 @@ class InferenceActivities:
                 str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
             ) from exc
         STEP_SECONDS.labels("rewrite").observe(result.seconds)
-        return RewriteOutput(query=clean_rewrite(result.text, request.question), model=result.model)
+        return RewriteOutput(
+            query=clean_rewrite(result.text, request.question),
+            model=result.model,
+            seconds=result.seconds,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+        )
 
     @activity.defn
     async def summarize(self, request: SummarizeInput) -> SummarizeOutput:

@@ -375,6 +375,11 @@ class VectorIndexActivities:
             session.flush()  # the one-active index holds between statements
             row.status, row.activated_at = GenerationStatus.ACTIVE, now
             row.points = self.generations.handle(row).count()
+        try:
+            # For readers outside this project; ours follow the pointer committed above.
+            self.generations.handle(row).publish_alias(f"{row.collection}-active")
+        except Exception as exc:
+            raise index_error(exc) from exc
 
     @activity.defn
     def drop_generation(self, request: GenerationNameInput) -> None:
@@ -404,10 +409,14 @@ class VectorIndexActivities:
         """Embed the query and search the index: one round trip, and no vector in history."""
         began = time.perf_counter()
         vector = self.embedder.embed_query(request.query)
-        STEP_SECONDS.labels("embed_query").observe(time.perf_counter() - began)
+        embed_seconds = time.perf_counter() - began
+        STEP_SECONDS.labels("embed_query").observe(embed_seconds)
         where = IndexFilter(tenant=request.tenant, document_ids=tuple(request.document_ids))
         try:
             hits = self._active().search(vector, request.limit, where)
         except Exception as exc:
             raise index_error(exc) from exc
-        return VectorSearchOutput(hits=[VectorHit(chunk_id=h.id, score=h.score) for h in hits])
+        return VectorSearchOutput(
+            hits=[VectorHit(chunk_id=h.id, score=h.score) for h in hits],
+            embed_seconds=embed_seconds,
+        )

@@ -470,6 +470,41 @@ def rebuild(
     asyncio.run(run())
 
 
+costs_app = typer.Typer(help="What answers cost: engine seconds and tokens (R26).")
+app.add_typer(costs_app, name="costs")
+
+
+@costs_app.command("top")
+def costs_top(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1_000)] = 10,
+    days: Annotated[float, typer.Option(min=0.01, max=3_650, help="How far back.")] = 7,
+) -> None:
+    """The most expensive answers, then totals per model, per tenant and per day."""
+    from activities import costs
+
+    settings = _settings()
+    sessions = _key_sessions(settings)
+    since = costs.since_days(days)
+    with sessions() as session:
+        rows = costs.top(session, limit, since)
+        totals = {by: costs.totals(session, by, since) for by in ("model", "tenant", "day")}
+    console.print(f"[bold]Most expensive answers, last {days:g} day(s)[/bold]")
+    console.print(f"{'engine s':>9} {'tokens in':>9} {'out':>6} {'tenant':<12} {'model':<24} trace")
+    for row in rows:
+        console.print(
+            f"{row.engine_seconds:>9.3f} {row.prompt_tokens:>9} {row.completion_tokens:>6} "
+            f"{row.tenant:<12} {row.model:<24} {row.trace_id}"
+        )
+    for by, found in totals.items():
+        console.print(f"\n[bold]Per {by}[/bold]")
+        console.print(f"{by:<24} {'answers':>8} {'engine s':>10} {'tokens in':>10} {'out':>8}")
+        for total in found:
+            console.print(
+                f"{total.key:<24} {total.answers:>8} {total.engine_seconds:>10.3f} "
+                f"{total.prompt_tokens:>10} {total.completion_tokens:>8}"
+            )
+
+
 schedules_app = typer.Typer(
     help="Temporal Schedules for index maintenance, from settings.", no_args_is_help=True
 )

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ColumnElement,
     Computed,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -222,6 +223,26 @@ class Upload(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
+class AnswerCostRow(Base):
+    """What one answer cost, per step: engine seconds and tokens (R26). `costs top` reads it."""
+
+    __tablename__ = "answer_costs"
+
+    trace_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64), index=True)
+    model: Mapped[str] = mapped_column(String(128))
+    route: Mapped[str] = mapped_column(String(32))
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    engine_seconds: Mapped[float] = mapped_column(Float)
+    embed_seconds: Mapped[float] = mapped_column(Float)
+    total_ms: Mapped[float] = mapped_column(Float)
+    steps: Mapped[list[dict[str, object]]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), index=True
     )
 
 

@@ -254,6 +254,14 @@ DECLARED: dict[str, ActivityPolicy] = {
         fallback=Fallback.FAIL_FLOW,
         expected_latency="~10 ms",
     ),
+    "record_cost": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        local=True,
+        start_to_close=timedelta(seconds=5),
+        retry=_retry(initial=0.2, maximum=2, attempts=3),
+        fallback=Fallback.SKIP,
+        expected_latency="~5 ms",
+    ),
     # --- delete -------------------------------------------------------------------------------
     "tombstone_document": ActivityPolicy(
         queue=Queue.WORKFLOW,

@@ -101,6 +101,22 @@ class TokenCounts(Contract):
     completion: int = 0
 
 
+class StepCost(Contract):
+    """What one model step of an answer cost: engine time and tokens (R26)."""
+
+    step: Literal["rewrite", "embed_query", "generate"]
+    model: str
+    seconds: float = Field(description="Time in the engine (GPU time in production).")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class AnswerCost(Contract):
+    engine_seconds: float = Field(default=0.0, description="LLM time: rewrite + generate.")
+    embed_seconds: float = Field(default=0.0, description="Embedding model time.")
+    steps: list[StepCost] = Field(default_factory=list)
+
+
 class Answer(Contract):
     trace_id: str
     question: str
@@ -118,6 +134,7 @@ class Answer(Contract):
     degradations: list[str]
     timings_ms: dict[str, float]
     tokens: TokenCounts
+    cost: AnswerCost = Field(default_factory=AnswerCost)
 
 
 # --- activity contracts -----------------------------------------------------------------------
@@ -148,6 +165,9 @@ class RewriteInput(Contract):
 class RewriteOutput(Contract):
     query: str
     model: str
+    seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 class GenerateOutput(Contract):
@@ -181,3 +201,12 @@ class CachedAnswerOutput(Contract):
     citations: list[Citation] = Field(default_factory=list)
     model: str = ""
     trace_id: str = Field(default="", description="The run that generated the cached answer.")
+
+
+class RecordCostInput(Contract):
+    trace_id: str = Field(max_length=256)
+    tenant: TenantId
+    model: str
+    route: str
+    total_ms: float
+    cost: AnswerCost

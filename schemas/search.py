@@ -60,6 +60,7 @@ class VectorHit(Contract):
 
 class VectorSearchOutput(Contract):
     hits: list[VectorHit]
+    embed_seconds: float = Field(default=0.0, description="Time encoding the query (dense).")
 
 
 class HydrateInput(Contract):

@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.answer_cache import AnswerCacheActivities
+from activities.costs import CostActivities
 from activities.documents import DocumentActivities
 from activities.history import HistoryActivities
 from durable_rag import policies
@@ -60,6 +61,7 @@ def build_worker(
         max_document_bytes=settings.max_document_bytes,
     )
     cache = AnswerCacheActivities(sessions)
+    costs = CostActivities(sessions)
     history = HistoryActivities(sessions)
     return Worker(
         client,
@@ -79,6 +81,7 @@ def build_worker(
             documents.keyword_search,
             cache.lookup_cached_answer,
             cache.store_answer,
+            costs.record_cost,
             history.load_conversation,
             history.append_turn,
             history.save_summary,

@@ -24,6 +24,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.answer_cache import AnswerCacheActivities
+    from activities.costs import CostActivities
     from activities.documents import DocumentActivities
     from activities.inference import InferenceActivities
     from activities.rerank import RerankActivities
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.answer import (
         Answer,
+        AnswerCost,
         AnswerPlan,
         AnswerWorkflowInput,
         AskRequest,
@@ -46,8 +48,10 @@ with workflow.unsafe.imports_passed_through():
         ContextPassage,
         GenerateInput,
         GenerateOutput,
+        RecordCostInput,
         RerankInput,
         RewriteInput,
+        StepCost,
         StoreAnswerInput,
         TokenCounts,
     )
@@ -102,13 +106,18 @@ class AnswerWorkflow:
                 type=policies.PROMPT_TOO_LONG,
                 non_retryable=True,
             )
+        steps: list[StepCost] = []
         if plan.rewrite_model:
-            query = await self._llm_rewrite(request, plan.rewrite_model, query, degradations)
+            query = await self._llm_rewrite(request, plan.rewrite_model, query, degradations, steps)
         lap("rewrite")
 
         found = await retrieve(request.tenant, query, plan.retrieval, request.document_ids)
         degradations.extend(found.degradations)
         fused = found.fused
+        if found.embed_seconds:
+            steps.append(
+                StepCost(step="embed_query", model="embedding", seconds=found.embed_seconds)
+            )
         lap("retrieve")
         passages: list[Passage] = []
         if fused:
@@ -223,6 +232,24 @@ class AnswerWorkflow:
         if generated is not None and plan.cache_answers and text:
             await self._store(request, trace_id, text, citations, model, degradations)
             lap("cache")
+        if generated is not None:
+            steps.append(
+                StepCost(
+                    step="generate",
+                    model=generated.model,
+                    seconds=generated.seconds,
+                    prompt_tokens=generated.prompt_tokens,
+                    completion_tokens=generated.completion_tokens,
+                )
+            )
+        cost = AnswerCost(
+            engine_seconds=round(sum(s.seconds for s in steps if s.step != "embed_query"), 4),
+            embed_seconds=round(sum(s.seconds for s in steps if s.step == "embed_query"), 4),
+            steps=steps,
+        )
+        # Runs recorded before cost rows existed replay without this step.
+        if workflow.patched("answer-cost-row"):
+            await self._record_cost(request, trace_id, model, route, timings, cost, degradations)
         workflow.logger.info(
             "answered via %s with %d citation(s), %d degradation(s), in %.0f ms",
             route,
@@ -251,10 +278,16 @@ class AnswerWorkflow:
                 prompt=generated.prompt_tokens if generated else 0,
                 completion=generated.completion_tokens if generated else 0,
             ),
+            cost=cost,
         )
 
     async def _llm_rewrite(
-        self, request: AskRequest, model: str, rules_query: str, degradations: list[str]
+        self,
+        request: AskRequest,
+        model: str,
+        rules_query: str,
+        degradations: list[str],
+        steps: list[StepCost],
     ) -> str:
         try:
             rewritten = await call(
@@ -268,7 +301,44 @@ class AnswerWorkflow:
                 raise
             degradations.append(f"LLM query rewrite failed, rules used: {describe(err)}")
             return rules_query
+        steps.append(
+            StepCost(
+                step="rewrite",
+                model=rewritten.model,
+                seconds=rewritten.seconds,
+                prompt_tokens=rewritten.prompt_tokens,
+                completion_tokens=rewritten.completion_tokens,
+            )
+        )
         return rewritten.query
+
+    async def _record_cost(
+        self,
+        request: AskRequest,
+        trace_id: str,
+        model: str,
+        route: str,
+        timings: dict[str, float],
+        cost: AnswerCost,
+        degradations: list[str],
+    ) -> None:
+        try:
+            await call(
+                CostActivities.record_cost,
+                RecordCostInput(
+                    trace_id=trace_id,
+                    tenant=request.tenant,
+                    model=model,
+                    route=route,
+                    total_ms=round(sum(timings.values()), 1),
+                    cost=cost,
+                ),
+                summary="record what this answer cost",
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"cost not recorded: {describe(err)}")
 
     async def _store(
         self,

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         RetrievalMode,
         RetrievalPlan,
         VectorHit,
+        VectorSearchOutput,
     )
     from workflows.calls import call, describe, is_cancellation
 
@@ -35,6 +36,7 @@ class Retrieved:
     fused: list[Scored]
     retrieval: RetrievalLabel
     degradations: list[str] = field(default_factory=list)
+    embed_seconds: float = 0.0  # the query's encoding, for the answer's cost
 
 
 async def retrieve(
@@ -47,7 +49,7 @@ async def retrieve(
     mode = mode or plan.mode
     use_dense, use_keyword = mode in ("hybrid", "dense"), mode in ("hybrid", "keyword")
     dense, keyword = await asyncio.gather(
-        _dense(tenant, query, plan.candidates, document_ids) if use_dense else _nothing(),
+        _dense(tenant, query, plan.candidates, document_ids) if use_dense else _no_dense(),
         _keyword(tenant, query, plan.candidates, document_ids) if use_keyword else _nothing(),
         return_exceptions=True,
     )
@@ -55,9 +57,12 @@ async def retrieve(
         if isinstance(outcome, BaseException) and is_cancellation(outcome):
             raise outcome
     degradations: list[str] = []
+    embed_seconds = 0.0
+    dense_hits: list[VectorHit] = []
     if isinstance(dense, BaseException):
         degradations.append(f"vector search failed, keyword search served alone: {_why(dense)}")
-        dense = []
+    else:
+        embed_seconds, dense_hits = dense.embed_seconds, dense.hits
     if isinstance(keyword, BaseException):
         degradations.append(f"keyword search failed, vector search served alone: {_why(keyword)}")
         keyword = []
@@ -73,28 +78,33 @@ async def retrieve(
         else "none"
     )
     fused = fuse(
-        [Scored(str(h.chunk_id), h.score) for h in dense],
+        [Scored(str(h.chunk_id), h.score) for h in dense_hits],
         [Scored(str(h.chunk_id), h.score) for h in keyword],
         method=plan.fusion_method,
         dense_weight=plan.dense_weight,
         keyword_weight=plan.keyword_weight,
     )
-    return Retrieved(fused=fused, retrieval=label, degradations=degradations)
+    return Retrieved(
+        fused=fused, retrieval=label, degradations=degradations, embed_seconds=embed_seconds
+    )
 
 
 async def _nothing() -> list[VectorHit]:
     return []
 
 
+async def _no_dense() -> VectorSearchOutput:
+    return VectorSearchOutput(hits=[])
+
+
 async def _dense(
     tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
-) -> list[VectorHit]:
-    found = await call(
+) -> VectorSearchOutput:
+    return await call(
         VectorIndexActivities.dense_search,
         DenseSearchInput(tenant=tenant, query=query, limit=limit, document_ids=document_ids),
         summary=f"embed the query and search the vector index, top {limit}",
     )
-    return found.hits
 
 
 async def _keyword(

@@ -63,4 +63,7 @@ class VectorIndex(Protocol):
     def optimize(self) -> None:
         """Reclaim the space of deleted points (compaction)."""
 
+    def publish_alias(self, alias: str) -> None:
+        """Make `alias` name this index (Qdrant server: a collection alias, switched atomically)."""
+
     def close(self) -> None: ...

@@ -160,6 +160,9 @@ class EdgeIndex:
         with self._lock:
             self._shard.optimize()
 
+    def publish_alias(self, alias: str) -> None:
+        pass  # in process, the pointer in Postgres is the only reader's alias
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:  # a dropped generation is closed before its owner closes it

@@ -158,5 +158,21 @@ class QdrantServerIndex:
     def optimize(self) -> None:
         pass  # the server's optimizer vacuums and merges segments by itself
 
+    def publish_alias(self, alias: str) -> None:
+        """Point `alias` at this collection, in one atomic request (for readers outside this
+        project; our queries follow the pointer in Postgres)."""
+        existing = {a.alias_name for a in self.client.get_aliases().aliases}
+        operations: list[Any] = []
+        if alias in existing:
+            operations.append(
+                qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=alias))
+            )
+        operations.append(
+            qm.CreateAliasOperation(
+                create_alias=qm.CreateAlias(collection_name=self.collection, alias_name=alias)
+            )
+        )
+        self.client.update_collection_aliases(change_aliases_operations=operations)
+
     def close(self) -> None:
         self.client.close()

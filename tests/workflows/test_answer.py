@@ -138,6 +138,22 @@ async def test_answer_cites_the_document_it_comes_from(
     assert answer.tokens.prompt > 0 and answer.tokens.completion > 0
     assert set(answer.timings_ms) >= {"retrieve", "hydrate", "assemble", "generate", "cache"}
     assert answer.trace_id.startswith("answer-")
+    # What it cost, per step, in the answer and in Postgres (R26).
+    assert [s.step for s in answer.cost.steps] == ["embed_query", "generate"]
+    assert answer.cost.engine_seconds > 0 and answer.cost.embed_seconds > 0
+    row = module_database.rows(
+        "SELECT engine_seconds, prompt_tokens, completion_tokens, model FROM answer_costs "
+        "WHERE trace_id = %s",
+        answer.trace_id,
+    )
+    assert row == [
+        (
+            pytest.approx(answer.cost.engine_seconds),
+            answer.tokens.prompt,
+            answer.tokens.completion,
+            model,
+        )
+    ]
 
 
 async def test_vector_index_down_keyword_search_answers(

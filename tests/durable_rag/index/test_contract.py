@@ -144,3 +144,14 @@ def test_edge_index_has_one_opener(tmp_path: Path) -> None:
             open_adapter("edge", tmp_path)
     finally:
         first.close()
+
+
+def test_the_active_alias_moves_atomically_on_the_server(tmp_path: Path) -> None:
+    client = QdrantClient(path=str(tmp_path / "qdrant-local"))
+    old = QdrantServerIndex(client, "chunks", DIM, 16, 100, 64)
+    new = QdrantServerIndex(client, "chunks-g2", DIM, 16, 100, 64)
+    old.publish_alias("chunks-active")
+    new.publish_alias("chunks-active")
+    aliases = {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
+    assert aliases == {"chunks-active": "chunks-g2"}
+    client.close()

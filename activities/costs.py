@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
 from durable_rag.db import AnswerCostRow
+from durable_rag.metrics import ANSWERS
 from schemas.answer import RecordCostInput
 
 
@@ -40,6 +41,8 @@ class CostActivities:
             session.execute(
                 statement.on_conflict_do_update(index_elements=["trace_id"], set_=values)
             )
+        # Once per answer (a retry after this point is rare and only over-counts by one).
+        ANSWERS.labels(request.route, str(request.degraded).lower()).inc()
 
 
 @dataclass(frozen=True)

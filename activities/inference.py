@@ -14,8 +14,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_rag import policies
-from durable_rag.llm.engine import LLMEngine, PromptTooLongError
-from durable_rag.metrics import STEP_SECONDS
+from durable_rag.llm.engine import Generation, LLMEngine, PromptTooLongError
+from durable_rag.metrics import (
+    LLM_FIRST_TOKEN_SECONDS,
+    LLM_GENERATION_TOKENS,
+    LLM_TOKENS,
+    STEP_SECONDS,
+)
 from durable_rag.retrieval import REWRITE_PROMPT, SUMMARY_PROMPT, clean_rewrite
 from durable_rag.streaming import TokenEvent, TokenPublisher
 from schemas.answer import GenerateInput, GenerateOutput, RewriteInput, RewriteOutput
@@ -38,6 +43,13 @@ class _Stream:
             return
         delta, self.sent = text[self.sent :], max(self.sent, len(text))
         await self.publisher.publish(TokenEvent(self.stream_id, self.part, delta, end))
+
+
+def observe_generation(result: Generation) -> None:
+    LLM_FIRST_TOKEN_SECONDS.labels(result.model).observe(result.first_token_seconds)
+    LLM_TOKENS.labels(result.model, "prompt").inc(result.prompt_tokens)
+    LLM_TOKENS.labels(result.model, "completion").inc(result.completion_tokens)
+    LLM_GENERATION_TOKENS.labels(result.model).observe(result.completion_tokens)
 
 
 class InferenceActivities:
@@ -103,6 +115,7 @@ class InferenceActivities:
         if stream is not None:
             await stream.send(result.text, end=True)
         STEP_SECONDS.labels("generate").observe(result.seconds)
+        observe_generation(result)
         activity.logger.info(
             "generated %d tokens (prompt %d) with %s in %.2f s, first token after %.2f s",
             result.completion_tokens,
@@ -137,6 +150,7 @@ class InferenceActivities:
                 str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
             ) from exc
         STEP_SECONDS.labels("rewrite").observe(result.seconds)
+        observe_generation(result)
         return RewriteOutput(
             query=clean_rewrite(result.text, request.question),
             model=result.model,
@@ -166,4 +180,5 @@ class InferenceActivities:
                 str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
             ) from exc
         STEP_SECONDS.labels("summarize").observe(result.seconds)
+        observe_generation(result)
         return SummarizeOutput(summary=result.text.strip(), model=result.model)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 CHUNKS_EMBEDDED = Counter(
     "durable_rag_chunks_embedded_total", "Passages encoded by the embedding model.", ["model"]
@@ -17,4 +17,54 @@ STEP_SECONDS = Histogram(
     "Time spent in one pipeline step inside an activity.",
     ["step"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+
+# --- gateway (service level) ---------------------------------------------------------------------
+HTTP_REQUESTS = Counter(
+    "durable_rag_http_requests_total",
+    "Gateway requests, by route template, method and status code.",
+    ["route", "method", "status"],
+)
+HTTP_SECONDS = Histogram(
+    "durable_rag_http_request_seconds",
+    "Gateway request latency (a stream: until its last event), by route template.",
+    ["route"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+ANSWER_TIMEOUTS = Counter(
+    "durable_rag_http_timeouts_total",
+    "Answers the gateway cancelled at its request timeout, by route template.",
+    ["route"],
+)
+
+# --- model ---------------------------------------------------------------------------------------
+LLM_FIRST_TOKEN_SECONDS = Histogram(
+    "durable_rag_llm_time_to_first_token_seconds",
+    "Time from the request to the engine until its first token.",
+    ["model"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+LLM_TOKENS = Counter(
+    "durable_rag_llm_tokens_total",
+    "Tokens through the engine, by model and direction (prompt | completion).",
+    ["model", "direction"],
+)
+LLM_RUNNING = Gauge(
+    "durable_rag_llm_running_requests",
+    "Requests the engine is generating for now (its batch).",
+    ["model"],
+)
+LLM_GENERATION_TOKENS = Histogram(
+    "durable_rag_llm_generation_tokens",
+    "Length of each generation, in tokens.",
+    ["model"],
+    buckets=(1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+)
+
+# --- business ------------------------------------------------------------------------------------
+ANSWERS = Counter(
+    "durable_rag_answers_total",
+    "Answers by route (primary | fallback_model | cached_answer | default_reply) and whether "
+    "anything was degraded.",
+    ["route", "degraded"],
 )

@@ -38,7 +38,7 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "embedding_model": "BAAI/bge-small-en-v1.5",
         "log_format": "json",
         "temporal_address": "temporal:7233",
-        "temporal_ui_url": "http://localhost:8080",
+        "temporal_ui_url": "http://localhost:8233",
         "qdrant_url": "http://qdrant:6333",
         "llm_model": "Qwen/Qwen2.5-1.5B-Instruct",
         "llm_dtype": "auto",

@@ -57,6 +57,7 @@ from durable_rag import keys, policies
 from durable_rag.client import IdempotencyConflict, RagClient, failure_cause
 from durable_rag.db import make_sessionmaker
 from durable_rag.logs import TRACE_ID
+from durable_rag.metrics import ANSWER_TIMEOUTS, HTTP_REQUESTS, HTTP_SECONDS
 from durable_rag.settings import Settings
 from durable_rag.streaming import TokenListener
 from gateway import openai_compat
@@ -127,12 +128,13 @@ class RequestId:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            seconds = time.perf_counter() - started
+            # The route's template, not the path: labels stay bounded (no ids in them).
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            HTTP_REQUESTS.labels(route, scope["method"], str(status or 0)).inc()
+            HTTP_SECONDS.labels(route).observe(seconds)
             log.info(
-                "%s %s %s %.0f ms",
-                scope["method"],
-                scope["path"],
-                status or "-",
-                (time.perf_counter() - started) * 1000,
+                "%s %s %s %.0f ms", scope["method"], scope["path"], status or "-", seconds * 1000
             )
             TRACE_ID.reset(token)
 
@@ -270,6 +272,7 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
         try:
             return await asyncio.wait_for(handle.result(), timeout=timeout)
         except TimeoutError as exc:
+            ANSWER_TIMEOUTS.labels("answer").inc()
             await handle.cancel()  # never leave an abandoned answer running
             raise HTTPException(504, f"no answer within {timeout:g} s") from exc
         except WorkflowFailureError as exc:
@@ -311,6 +314,7 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
             closed = True
             yield {"event": "answer", "data": answer.model_dump_json()}
         except TimeoutError:
+            ANSWER_TIMEOUTS.labels("answer_stream").inc()
             yield _error_event(504, f"no answer within {timeout:g} s; the run was cancelled")
         except WorkflowFailureError as exc:
             closed = True

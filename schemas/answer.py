@@ -210,3 +210,4 @@ class RecordCostInput(Contract):
     route: str
     total_ms: float
     cost: AnswerCost
+    degraded: bool = False

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Debian packages the test suite needs: docker-compose (validates docker-compose.yml without an
-# engine), promtool and amtool (validate Prometheus and Alertmanager configs). Idempotent.
+# engine), prometheus and promtool (a real scrape in the tests; configs and alert tests), amtool
+# (the Alertmanager config). Idempotent.
 set -euo pipefail
 missing=()
 command -v docker-compose >/dev/null || missing+=(docker-compose)
-command -v promtool >/dev/null || missing+=(prometheus)
+command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
 command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
 if ((${#missing[@]})); then
   echo "installing Debian packages: ${missing[*]}"

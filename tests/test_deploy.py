@@ -112,6 +112,15 @@ def test_required_services_exist(services: dict[str, dict[str, Any]]) -> None:
     assert not missing, f"docker-compose.yml lacks services: {sorted(missing)}"
 
 
+def test_no_two_services_publish_the_same_host_port(services: dict[str, dict[str, Any]]) -> None:
+    published: dict[str, str] = {}
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            host = str(port).split(":")[0] if ":" in str(port) else str(port)
+            assert host not in published, f"{name} and {published[host]} both publish {host}"
+            published[host] = name
+
+
 def test_every_long_running_service_has_a_healthcheck(services: dict[str, dict[str, Any]]) -> None:
     lacking = []
     for name, service in services.items():
@@ -229,6 +238,24 @@ def test_prometheus_rules_are_valid() -> None:
     _assert_ok(_run([exe, "check", "rules", str(PROMETHEUS_RULES)]))
 
 
+def test_every_user_facing_alert_fires_in_its_unit_test() -> None:
+    exe = _require_tool("promtool", "prometheus")
+    tests = PROMETHEUS_RULES.with_name("alerts.test.yml")
+    _assert_ok(_run([exe, "test", "rules", str(tests)]))
+    rules = yaml.safe_load(PROMETHEUS_RULES.read_text())
+    users = next(g for g in rules["groups"] if g["name"] == "durable-rag-users")
+    tested = {
+        case["alertname"]
+        for test in yaml.safe_load(tests.read_text())["tests"]
+        for case in test["alert_rule_test"]
+        if case["exp_alerts"]
+    }
+    assert {r["alert"] for r in users["rules"]} <= tested
+    for rule in users["rules"]:  # context with every alert (R22)
+        assert "dashboard" in rule["annotations"], rule["alert"]
+        assert "req/s" in rule["annotations"]["description"], rule["alert"]
+
+
 def test_prometheus_config_is_valid() -> None:
     exe = _require_tool("promtool", "prometheus")
     _assert_ok(_run([exe, "check", "config", str(PROMETHEUS_CONFIG)]))
@@ -308,6 +335,29 @@ def test_ingestion_dashboard_queries_the_app_metrics() -> None:
     ):
         assert metric in exprs, metric
     assert re.search(r"by \(status\)[^)]*durable_rag_documents_ingested_total", exprs)
+
+
+def test_dashboards_query_only_metrics_the_code_exports() -> None:
+    """Every durable_rag_* name a dashboard queries is a family the code defines."""
+    import durable_rag.gpu
+    import durable_rag.metrics
+
+    defined = set(
+        re.findall(
+            r'"(durable_rag_[a-z0-9_]+)"',
+            Path(durable_rag.metrics.__file__).read_text()
+            + Path(durable_rag.gpu.__file__).read_text(),
+        )
+    )
+    suffixes = ("_bucket", "_sum", "_count")
+    for path in _dashboards():
+        for panel in _panels(json.loads(path.read_text())):
+            for target in panel.get("targets", []):
+                for name in re.findall(r"durable_rag_[a-z0-9_]+", target.get("expr", "")):
+                    base = next((name[: -len(s)] for s in suffixes if name.endswith(s)), name)
+                    assert base in defined or name in defined, f"{path.name}: {name}"
+    service = json.loads((GRAFANA_DASHBOARDS / "service.json").read_text())
+    assert service["uid"] == "durable-rag-service"  # the alerts link here
 
 
 def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from durable_rag import policies
 from durable_rag.client import RagClient
 from durable_rag.db import IndexGeneration, make_sessionmaker
 from durable_rag.embedding import Embedder, load_embedder
+from durable_rag.gpu import register_gpu_metrics
 from durable_rag.index import VectorIndex
 from durable_rag.index.generations import Generations
 from durable_rag.logs import setup_logging
@@ -87,6 +88,7 @@ def load_embedder_for(settings: Settings) -> Embedder:
 async def main(settings: Settings) -> None:
     setup_logging(settings)
     policies.configure(settings)
+    register_gpu_metrics()  # reports nothing where there is no NVIDIA driver
     embedder = load_embedder_for(settings)
     sessions = make_sessionmaker(settings.sqlalchemy_url)
     generations = Generations(settings, sessions, embedder.name, embedder.dimension)

@@ -18,9 +18,11 @@ from temporalio.worker import Worker
 
 from activities.inference import InferenceActivities
 from durable_rag import policies
+from durable_rag.gpu import register_gpu_metrics
 from durable_rag.llm.engine import EngineConfig, LLMEngine, OpenAIEngine, VllmEngine
 from durable_rag.llm.models import resolve_generator
 from durable_rag.logs import setup_logging
+from durable_rag.metrics import LLM_RUNNING
 from durable_rag.settings import Settings
 from durable_rag.streaming import TokenPublisher
 from workers.common import connect, make_runtime, run_until_signalled
@@ -59,6 +61,7 @@ def load_engine(settings: Settings) -> LLMEngine:
 def build_worker(
     client: Client, settings: Settings, engine: LLMEngine, task_queue: str | None = None
 ) -> Worker:
+    LLM_RUNNING.labels(engine.model_name).set_function(engine.running_requests)
     inference = InferenceActivities(
         engine, settings.llm_max_answer_tokens, TokenPublisher(settings.sqlalchemy_url)
     )
@@ -76,6 +79,7 @@ def build_worker(
 async def main(settings: Settings) -> None:
     setup_logging(settings)
     policies.configure(settings)
+    register_gpu_metrics()  # reports nothing where there is no NVIDIA driver
     engine = load_engine(settings)  # before polling: no traffic until the model is loaded
     client = await connect(settings, make_runtime(settings))
 

@@ -332,6 +332,7 @@ class AnswerWorkflow:
                     route=route,
                     total_ms=round(sum(timings.values()), 1),
                     cost=cost,
+                    degraded=bool(degradations),
                 ),
                 summary="record what this answer cost",
             )

@@ -7,8 +7,11 @@ Acceptance checks 1, 2, 5 and 6 of the gateway issue, and the document half of c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -145,6 +148,7 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
         assert response.headers["content-type"].startswith("text/event-stream")
         assert response.headers["X-Request-ID"] == request_id
         events = [(event, data) async for event, data in sse(response)]
+        exposition = (await http.get("/metrics")).text
     kinds = [event for event, _ in events]
     assert kinds[0] == "start" and kinds[-1] == "answer", kinds
     assert json.loads(events[0][1]) == {"trace_id": f"answer-{request_id}"}
@@ -157,6 +161,27 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
     assert any(Path(c["source"]).name == EXPECTED for c in answer["citations"])
     assert {"retrieve", "generate"} <= set(answer["timings_ms"])
     await save_history(client, f"answer-{request_id}", "answer-streamed")
+
+    # Service, model and business metrics, lint-clean for Prometheus (R21).
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not installed: `make test` installs it (Debian: prometheus)"
+    # vLLM's own families (KV cache, queue) share the registry in this one process; their
+    # names use ':', which promtool's lint flags by convention. Ours are linted.
+    ours = "\n".join(line for line in exposition.splitlines() if "vllm:" not in line) + "\n"
+    lint = subprocess.run(
+        [promtool, "check", "metrics"], input=ours, capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    for family in (
+        'durable_rag_http_requests_total{method="POST",route="/v1/ask/stream",status="200"}',
+        "durable_rag_http_request_seconds_bucket",
+        "durable_rag_llm_time_to_first_token_seconds_bucket",
+        'durable_rag_llm_tokens_total{direction="completion"',
+        "durable_rag_llm_generation_tokens_bucket",
+        'durable_rag_answers_total{degraded="false",route="primary"}',
+        'durable_rag_step_seconds_bucket{le="0.005",step="generate"}',
+    ):
+        assert family in exposition, family
 
     # One trace id from the gateway through the workflow and its activities (R7).
     traced = [r for r in caplog.records if request_id in trace_id_of(r)]
@@ -394,3 +419,57 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
     assert endings.count("answer") + endings.count("error") == 50
     assert all(s in ("COMPLETED", "CANCELED", "FAILED", "TIMED_OUT") for s in statuses)
     assert endings.count("answer") == statuses.count("COMPLETED")
+
+
+async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
+    client: Client,
+    stream_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    stream_data: Path,
+    tmp_path: Path,
+) -> None:
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus is not installed: `make test` installs it (Debian: prometheus)"
+    _, key = keys.create_key(stream_database.sessions, "t")
+    async with served(client, stream_database, embedder, engine, stream_data) as (http, _):
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gateway\n"
+            f"    static_configs:\n      - targets: ['127.0.0.1:{http.base_url.port}']\n"
+        )
+        web = free_port()
+        with (tmp_path / "prometheus.log").open("w") as log:
+            server = subprocess.Popen(
+                [
+                    prometheus,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{web}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            answered = await http.post(
+                "/v1/ask",
+                json={"question": QUESTION, "max_answer_tokens": 16, "top_k": 2},
+                headers=bearer(key),
+            )
+            assert answered.status_code == 200, answered.text
+            query = 'durable_rag_step_seconds_count{job="gateway",step="generate"}'
+            deadline = time.monotonic() + 60
+            found: list[Any] = []
+            while not found:
+                assert server.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "Prometheus never had the step series"
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(httpx.HTTPError):
+                    reply = await http.get(
+                        f"http://127.0.0.1:{web}/api/v1/query", params={"query": query}
+                    )
+                    found = reply.json()["data"]["result"]
+            assert float(found[0]["value"][1]) >= 1
+        finally:
+            server.terminate()
+            server.wait(timeout=20)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio.client import (
     Client,
@@ -32,6 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_rag import ids
 from durable_rag.settings import Settings
+from schemas.common import Contract
 from schemas.maintenance import CompactionInput
 from schemas.rebuild import RebuildInput
 from workflows.compaction import CompactionWorkflow
@@ -59,59 +61,67 @@ class ScheduleView:
     note: str
 
 
+def _schedule(
+    schedule_id: str,
+    cron: str,
+    run: Any,
+    arg: Contract,
+    workflow_id: str,
+    summary: str,
+    settings: Settings,
+) -> Desired:
+    digest = ids.short_hash(cron, arg.model_dump_json(), settings.workflow_task_queue)
+    return Desired(
+        schedule_id,
+        Schedule(
+            action=ScheduleActionStartWorkflow(
+                run,
+                arg,
+                # Temporal appends the scheduled time: compact-2026-12-01T03:00:00Z.
+                id=workflow_id,
+                task_queue=settings.workflow_task_queue,
+                static_summary=summary,
+            ),
+            spec=ScheduleSpec(cron_expressions=[cron]),
+            # A run still going makes the next one skip: never two at once. Runs missed while
+            # the server was down are not made up beyond an hour.
+            policy=SchedulePolicy(
+                overlap=ScheduleOverlapPolicy.SKIP, catchup_window=timedelta(hours=1)
+            ),
+            state=ScheduleState(note=f"{NOTE} {digest}; cron {cron}"),
+        ),
+    )
+
+
 def desired(settings: Settings) -> list[Desired]:
     wanted: list[Desired] = []
     if settings.compaction_cron:
-        arg = CompactionInput(batch_size=settings.compaction_batch_size)
-        digest = ids.short_hash(
-            settings.compaction_cron, arg.model_dump_json(), settings.workflow_task_queue
-        )
         wanted.append(
-            Desired(
+            _schedule(
                 COMPACTION,
-                Schedule(
-                    action=ScheduleActionStartWorkflow(
-                        CompactionWorkflow.run,
-                        arg,
-                        # Temporal appends the scheduled time: compact-2026-12-01T03:00:00Z.
-                        id="compact",
-                        task_queue=settings.workflow_task_queue,
-                        static_summary="scheduled compaction of the index and chunk store",
-                    ),
-                    spec=ScheduleSpec(cron_expressions=[settings.compaction_cron]),
-                    policy=SchedulePolicy(
-                        overlap=ScheduleOverlapPolicy.SKIP, catchup_window=timedelta(hours=1)
-                    ),
-                    state=ScheduleState(note=f"{NOTE} {digest}; cron {settings.compaction_cron}"),
-                ),
+                settings.compaction_cron,
+                CompactionWorkflow.run,
+                CompactionInput(batch_size=settings.compaction_batch_size),
+                "compact",
+                "scheduled compaction of the index and chunk store",
+                settings,
             )
         )
     if settings.rebuild_cron:
-        rebuild = RebuildInput(
-            batch_size=settings.rebuild_batch_size,
-            hnsw_m=settings.hnsw_m,
-            hnsw_ef_construct=settings.hnsw_ef_construct,
-            grace_seconds=settings.rebuild_grace_seconds,
-        )
-        digest = ids.short_hash(
-            settings.rebuild_cron, rebuild.model_dump_json(), settings.workflow_task_queue
-        )
         wanted.append(
-            Desired(
+            _schedule(
                 REBUILD,
-                Schedule(
-                    action=ScheduleActionStartWorkflow(
-                        RebuildIndexWorkflow.run,
-                        rebuild,
-                        id=rebuild_workflow_id(settings.qdrant_collection),
-                        task_queue=settings.workflow_task_queue,
-                        static_summary="scheduled rebuild of the vector index",
-                    ),
-                    spec=ScheduleSpec(cron_expressions=[settings.rebuild_cron]),
-                    # Never two rebuilds at once: a run still going makes the next one skip.
-                    policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-                    state=ScheduleState(note=f"{NOTE} {digest}; cron {settings.rebuild_cron}"),
+                settings.rebuild_cron,
+                RebuildIndexWorkflow.run,
+                RebuildInput(
+                    batch_size=settings.rebuild_batch_size,
+                    hnsw_m=settings.hnsw_m,
+                    hnsw_ef_construct=settings.hnsw_ef_construct,
+                    grace_seconds=settings.rebuild_grace_seconds,
                 ),
+                rebuild_workflow_id(settings.qdrant_collection),
+                "scheduled rebuild of the vector index",
+                settings,
             )
         )
     return wanted

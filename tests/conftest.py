@@ -88,6 +88,13 @@ def database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
         yield db
 
 
+@pytest.fixture(scope="module")
+def module_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
+    """One migrated database for a test module (its tests share what they ingest)."""
+    with fresh_database(pg_server) as db:
+        yield db
+
+
 @pytest.fixture(scope="session")
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TemporalDevServer]:
     server = TemporalDevServer(tmp_path_factory.mktemp("temporal"), free_port(), None, free_port())

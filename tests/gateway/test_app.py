@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -18,28 +18,21 @@ from durable_rag import keys
 from durable_rag.client import RagClient
 from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import VllmEngine
-from durable_rag.stack import EmbeddedPostgres
 from gateway.app import create_app
-from tests.conftest import Database, fresh_database
+from tests.conftest import Database
 from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def gateway_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
-    with fresh_database(pg_server) as db:
-        yield db
-
-
-@pytest.fixture(scope="module")
 async def gateway_data(
     client: Client,
-    gateway_database: Database,
+    module_database: Database,
     embedder: Embedder,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
-    return await ingest_sample(client, gateway_database, embedder, tmp_path_factory)
+    return await ingest_sample(client, module_database, embedder, tmp_path_factory)
 
 
 @asynccontextmanager
@@ -78,15 +71,15 @@ async def never_started(client: Client, workflow_id: str) -> bool:
 
 async def test_health_needs_no_key_and_everything_else_does(
     client: Client,
-    gateway_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     gateway_data: Path,
 ) -> None:
-    _, key = keys.create_key(gateway_database.sessions, "t", "test")
-    info, revoked = keys.create_key(gateway_database.sessions, "t", "old")
-    assert keys.revoke_key(gateway_database.sessions, info.prefix) is not None
-    async with gateway(client, gateway_database, embedder, engine, gateway_data) as (http, _):
+    _, key = keys.create_key(module_database.sessions, "t", "test")
+    info, revoked = keys.create_key(module_database.sessions, "t", "old")
+    assert keys.revoke_key(module_database.sessions, info.prefix) is not None
+    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, _):
         assert (await http.get("/healthz")).status_code == 200
         # A worker shows as a poller once its first poll reaches the server: ready soon after.
         deadline = time.monotonic() + 30
@@ -105,12 +98,12 @@ async def test_health_needs_no_key_and_everything_else_does(
 
 async def test_readyz_is_false_until_every_worker_polls(
     client: Client,
-    gateway_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     gateway_data: Path,
 ) -> None:
-    async with gateway(client, gateway_database, embedder, engine, gateway_data) as (_, rag):
+    async with gateway(client, module_database, embedder, engine, gateway_data) as (_, rag):
         settings = rag.settings.model_copy(update={"llm_served_name": "not-loaded-yet"})
         app = create_app(settings, RagClient(rag.client, settings))
         async with httpx.AsyncClient(
@@ -124,13 +117,13 @@ async def test_readyz_is_false_until_every_worker_polls(
 
 async def test_bad_input_gets_a_precise_4xx_and_starts_nothing(
     client: Client,
-    gateway_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     gateway_data: Path,
 ) -> None:
-    _, key = keys.create_key(gateway_database.sessions, "t")
-    async with gateway(client, gateway_database, embedder, engine, gateway_data) as (http, _):
+    _, key = keys.create_key(module_database.sessions, "t")
+    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, _):
         bodies: list[tuple[object, int, str]] = [
             ({}, 422, "question"),
             ({"question": ""}, 422, "question"),
@@ -168,16 +161,16 @@ async def test_bad_input_gets_a_precise_4xx_and_starts_nothing(
 
 async def test_answers_and_conversations_stay_within_the_callers_tenant(
     client: Client,
-    gateway_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     gateway_data: Path,
 ) -> None:
-    _, key_t = keys.create_key(gateway_database.sessions, "t")
-    _, key_u = keys.create_key(gateway_database.sessions, "u")
+    _, key_t = keys.create_key(module_database.sessions, "t")
+    _, key_u = keys.create_key(module_database.sessions, "u")
     request_id = f"req-{uuid.uuid4().hex[:12]}"
     conversation = f"c-{uuid.uuid4().hex[:8]}"
-    async with gateway(client, gateway_database, embedder, engine, gateway_data) as (http, _):
+    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, _):
         response = await http.post(
             "/v1/ask",
             json={"question": QUESTION, "max_answer_tokens": 32, "top_k": 2},

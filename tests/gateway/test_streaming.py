@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,9 @@ from durable_rag import keys
 from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import VllmEngine
 from durable_rag.logs import trace_id_of
-from durable_rag.stack import EmbeddedPostgres, free_port
+from durable_rag.stack import free_port
 from gateway.app import create_app
-from tests.conftest import Database, fresh_database
+from tests.conftest import Database
 from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
 from tests.workflows.test_ingest import save_history
 
@@ -41,19 +41,13 @@ ESSAY = "Write a long, detailed essay about the history of text encodings."
 
 
 @pytest.fixture(scope="module")
-def stream_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
-    with fresh_database(pg_server) as db:
-        yield db
-
-
-@pytest.fixture(scope="module")
 async def stream_data(
     client: Client,
-    stream_database: Database,
+    module_database: Database,
     embedder: Embedder,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
-    return await ingest_sample(client, stream_database, embedder, tmp_path_factory)
+    return await ingest_sample(client, module_database, embedder, tmp_path_factory)
 
 
 @asynccontextmanager
@@ -126,17 +120,17 @@ async def closed_status(client: Client, workflow_id: str, within: float = 15) ->
 
 async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trace_id(
     client: Client,
-    stream_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     stream_data: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    _, key = keys.create_key(stream_database.sessions, "t")
+    _, key = keys.create_key(module_database.sessions, "t")
     request_id = f"stream-{uuid.uuid4().hex[:10]}"
     caplog.set_level(logging.INFO)
     async with (
-        served(client, stream_database, embedder, engine, stream_data) as (http, _),
+        served(client, module_database, embedder, engine, stream_data) as (http, _),
         http.stream(
             "POST",
             "/v1/ask/stream",
@@ -193,15 +187,15 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
 
 async def test_a_conversation_turn_streams_its_tokens_and_is_stored(
     client: Client,
-    stream_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     stream_data: Path,
 ) -> None:
-    _, key = keys.create_key(stream_database.sessions, "t")
+    _, key = keys.create_key(module_database.sessions, "t")
     conversation = f"c-{uuid.uuid4().hex[:8]}"
     async with (
-        served(client, stream_database, embedder, engine, stream_data) as (http, _),
+        served(client, module_database, embedder, engine, stream_data) as (http, _),
         http.stream(
             "POST",
             f"/v1/conversations/{conversation}/messages/stream",
@@ -223,14 +217,14 @@ async def test_a_conversation_turn_streams_its_tokens_and_is_stored(
 
 async def test_leaving_mid_stream_stops_generation_in_the_engine_within_a_second(
     client: Client,
-    stream_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     stream_data: Path,
 ) -> None:
-    _, key = keys.create_key(stream_database.sessions, "t")
+    _, key = keys.create_key(module_database.sessions, "t")
     request_id = f"leave-{uuid.uuid4().hex[:10]}"
-    async with served(client, stream_database, embedder, engine, stream_data) as (http, _):
+    async with served(client, module_database, embedder, engine, stream_data) as (http, _):
         async with http.stream(
             "POST",
             "/v1/ask/stream",
@@ -254,13 +248,13 @@ async def test_leaving_mid_stream_stops_generation_in_the_engine_within_a_second
 
 async def test_the_official_openai_client_works_streaming_and_not(
     client: Client,
-    stream_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     stream_data: Path,
 ) -> None:
-    _, key = keys.create_key(stream_database.sessions, "t")
-    async with served(client, stream_database, embedder, engine, stream_data) as (http, rag):
+    _, key = keys.create_key(module_database.sessions, "t")
+    async with served(client, module_database, embedder, engine, stream_data) as (http, rag):
         url = str(http.base_url).rstrip("/")
         oa = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
         listed = [m.id async for m in oa.models.list()]
@@ -298,7 +292,7 @@ async def test_the_official_openai_client_works_streaming_and_not(
         assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
         # Another tenant's key sees none of tenant t's documents.
-        _, key_u = keys.create_key(stream_database.sessions, "u")
+        _, key_u = keys.create_key(module_database.sessions, "u")
         other = await openai.AsyncOpenAI(
             base_url=f"{url}/v1", api_key=key_u, max_retries=0, timeout=120
         ).chat.completions.create(
@@ -324,16 +318,16 @@ async def test_the_official_openai_client_works_streaming_and_not(
 
 async def test_documents_are_ingested_once_per_key_and_deleted_only_by_their_tenant(
     client: Client,
-    stream_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     stream_data: Path,
 ) -> None:
-    _, key_t = keys.create_key(stream_database.sessions, "t")
-    _, key_u = keys.create_key(stream_database.sessions, "u")
+    _, key_t = keys.create_key(module_database.sessions, "t")
+    _, key_u = keys.create_key(module_database.sessions, "u")
     fact = "The Zorblatt refund window is forty-three days from the date of delivery."
     question = "How long is the Zorblatt refund window?"
-    async with served(client, stream_database, embedder, engine, stream_data) as (http, rag):
+    async with served(client, module_database, embedder, engine, stream_data) as (http, rag):
         body = {"name": "zorblatt-refunds.md", "text": f"# Refunds\n\n{fact}\n"}
         idem = {"Idempotency-Key": f"k-{uuid.uuid4().hex}"}
         first = await http.post("/v1/documents", json=body, headers=bearer(key_t) | idem)
@@ -378,7 +372,7 @@ async def test_documents_are_ingested_once_per_key_and_deleted_only_by_their_ten
             found = await rag.search(question, tenant="t", top_k=10, mode=mode)
             assert document_id not in {str(p.document_id) for p in found.passages}, mode
         assert (
-            stream_database.scalar(
+            module_database.scalar(
                 "SELECT count(*) FROM chunks WHERE document_id = %s", document_id
             )
             == 0
@@ -390,12 +384,12 @@ async def test_documents_are_ingested_once_per_key_and_deleted_only_by_their_ten
 
 async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_running(
     client: Client,
-    stream_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     stream_data: Path,
 ) -> None:
-    _, key = keys.create_key(stream_database.sessions, "t")
+    _, key = keys.create_key(module_database.sessions, "t")
     batch = uuid.uuid4().hex[:8]
     questions = [QUESTION, "Where did the Great Fire of London begin?", "What do lighthouses do?"]
 
@@ -412,7 +406,7 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
         return kinds[-1]
 
     async with served(
-        client, stream_database, embedder, engine, stream_data, gateway_request_timeout_seconds=240
+        client, module_database, embedder, engine, stream_data, gateway_request_timeout_seconds=240
     ) as (http, _):
         endings = await asyncio.gather(*(one(http, n) for n in range(50)))
         statuses = [await closed_status(client, f"answer-load-{batch}-{n}") for n in range(50)]
@@ -423,7 +417,7 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
 
 async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
     client: Client,
-    stream_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     stream_data: Path,
@@ -431,8 +425,8 @@ async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
 ) -> None:
     prometheus = shutil.which("prometheus")
     assert prometheus, "prometheus is not installed: `make test` installs it (Debian: prometheus)"
-    _, key = keys.create_key(stream_database.sessions, "t")
-    async with served(client, stream_database, embedder, engine, stream_data) as (http, _):
+    _, key = keys.create_key(module_database.sessions, "t")
+    async with served(client, module_database, embedder, engine, stream_data) as (http, _):
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gateway\n"

@@ -9,7 +9,7 @@ import asyncio
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,8 @@ from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import VllmEngine
 from durable_rag.rerank import PACKAGED_RERANKER, load_reranker
 from durable_rag.settings import Settings
-from durable_rag.stack import EmbeddedPostgres
 from schemas.answer import Answer, AskRequest
-from tests.conftest import CORPUS, Database, Stack, fresh_database, running_stack
+from tests.conftest import CORPUS, Database, Stack, running_stack
 from tests.workflows.test_ingest import save_history
 from workers import llm as llm_worker
 
@@ -42,12 +41,6 @@ DOCUMENTS = [
 ]
 QUESTION = "Who designed the UTF-8 encoding?"
 EXPECTED = "unicode-and-utf-8.md"
-
-
-@pytest.fixture(scope="module")
-def module_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
-    with fresh_database(pg_server) as db:
-        yield db
 
 
 @pytest.fixture(scope="module")

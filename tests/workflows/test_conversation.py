@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,13 @@ from durable_rag.client import RagClient
 from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import VllmEngine
 from durable_rag.stack import (
-    EmbeddedPostgres,
     Process,
     TemporalDevServer,
     spawn_worker,
     wait_worker_ready,
 )
 from schemas.conversation import ChatRequest, ConversationHistory
-from tests.conftest import Database, fresh_database
+from tests.conftest import Database
 from tests.workflows.test_answer import answering, ingest_sample
 from tests.workflows.test_ingest import save_history
 from tests.workflows.test_ingest_faults import worker_env
@@ -49,19 +47,13 @@ QUESTIONS = [
 
 
 @pytest.fixture(scope="module")
-def conversation_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
-    with fresh_database(pg_server) as db:
-        yield db
-
-
-@pytest.fixture(scope="module")
 async def conversation_data(
     client: Client,
-    conversation_database: Database,
+    module_database: Database,
     embedder: Embedder,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
-    return await ingest_sample(client, conversation_database, embedder, tmp_path_factory)
+    return await ingest_sample(client, module_database, embedder, tmp_path_factory)
 
 
 def assert_complete_and_ordered(stored: ConversationHistory | None, turns: int) -> None:
@@ -85,14 +77,14 @@ async def settled(rag: RagClient, conversation: str) -> None:
 
 async def test_twelve_turns_stay_in_budget_are_stored_in_order_and_keep_the_first_fact(
     client: Client,
-    conversation_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     conversation_data: Path,
 ) -> None:
     conversation = f"c-{uuid.uuid4().hex[:8]}"
     async with answering(
-        client, conversation_database, embedder, engine, conversation_data, **WINDOW
+        client, module_database, embedder, engine, conversation_data, **WINDOW
     ) as (_, rag, _model):
         budget = rag.settings.llm_max_model_len - 24
         first = await rag.chat(
@@ -123,13 +115,13 @@ async def test_twelve_turns_stay_in_budget_are_stored_in_order_and_keep_the_firs
 
 async def test_two_messages_at_once_are_applied_one_after_the_other(
     client: Client,
-    conversation_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     conversation_data: Path,
 ) -> None:
     conversation = f"c-{uuid.uuid4().hex[:8]}"
-    async with answering(client, conversation_database, embedder, engine, conversation_data) as (
+    async with answering(client, module_database, embedder, engine, conversation_data) as (
         _,
         rag,
         _model,
@@ -153,8 +145,8 @@ async def test_two_messages_at_once_are_applied_one_after_the_other(
     assert again.turn == repeat.turn == 5
     assert_complete_and_ordered(stored, 3)
     assert removed == 6
-    assert conversation_database.scalar("SELECT count(*) FROM turns") == 0 or (
-        conversation_database.scalar(
+    assert module_database.scalar("SELECT count(*) FROM turns") == 0 or (
+        module_database.scalar(
             "SELECT count(*) FROM turns t JOIN conversations c ON c.id = t.conversation_id "
             "WHERE c.external_id = %s",
             conversation,
@@ -165,7 +157,7 @@ async def test_two_messages_at_once_are_applied_one_after_the_other(
 
 async def test_a_failing_summarizer_loses_no_turn_and_the_prompt_stays_in_budget(
     client: Client,
-    conversation_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     conversation_data: Path,
@@ -173,7 +165,7 @@ async def test_a_failing_summarizer_loses_no_turn_and_the_prompt_stays_in_budget
     conversation = f"c-{uuid.uuid4().hex[:8]}"
     async with answering(
         client,
-        conversation_database,
+        module_database,
         embedder,
         engine,
         conversation_data,
@@ -204,19 +196,19 @@ async def test_a_failing_summarizer_loses_no_turn_and_the_prompt_stays_in_budget
 async def test_killing_the_orchestrator_mid_turn_loses_no_turn_and_the_reply_arrives(
     temporal_server: TemporalDevServer,
     client: Client,
-    conversation_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     conversation_data: Path,
 ) -> None:
     conversation = f"c-{uuid.uuid4().hex[:8]}"
     async with answering(
-        client, conversation_database, embedder, engine, conversation_data, with_orchestrator=False
+        client, module_database, embedder, engine, conversation_data, with_orchestrator=False
     ) as (stack, rag, _model):
         settings = stack.settings
         env = worker_env(
             {
-                "database_url": conversation_database.url,
+                "database_url": module_database.url,
                 "data_dir": str(conversation_data),
                 "temporal_address": temporal_server.address,
                 "workflow_task_queue": settings.workflow_task_queue,
@@ -254,7 +246,7 @@ async def test_killing_the_orchestrator_mid_turn_loses_no_turn_and_the_reply_arr
 
 async def test_it_continues_as_new_closes_when_idle_and_the_next_message_resumes_from_postgres(
     client: Client,
-    conversation_database: Database,
+    module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     conversation_data: Path,
@@ -262,7 +254,7 @@ async def test_it_continues_as_new_closes_when_idle_and_the_next_message_resumes
     conversation = f"c-{uuid.uuid4().hex[:8]}"
     async with answering(
         client,
-        conversation_database,
+        module_database,
         embedder,
         engine,
         conversation_data,

@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
         TokenCounts,
     )
     from schemas.search import HydrateInput, Passage, VectorHit
-    from workflows.calls import call, describe, is_cancellation, is_permanent
+    from workflows.calls import best_effort, call, describe, is_cancellation, is_permanent
     from workflows.retrieve import retrieve
 
 DEGRADED_REPLY = (
@@ -136,17 +136,16 @@ class AnswerWorkflow:
         reranked = False
         if plan.rerank and passages:
             candidates = passages[: plan.rerank_candidates]
-            try:
-                scored = await call(
+            scored = await best_effort(
+                call(
                     RerankActivities.rerank,
                     RerankInput(query=query, passages=[p.text for p in candidates]),
                     summary=f"rerank the top {len(candidates)} passages",
-                )
-            except ActivityError as err:
-                if is_cancellation(err):
-                    raise
-                degradations.append(f"rerank failed, retrieval order kept: {describe(err)}")
-            else:
+                ),
+                degradations,
+                "rerank failed, retrieval order kept",
+            )
+            if scored is not None:
                 order = sorted(
                     range(len(candidates)),
                     key=lambda i: (-scored.scores[i], str(candidates[i].chunk_id)),
@@ -289,17 +288,17 @@ class AnswerWorkflow:
         degradations: list[str],
         steps: list[StepCost],
     ) -> str:
-        try:
-            rewritten = await call(
+        rewritten = await best_effort(
+            call(
                 InferenceActivities.rewrite_query,
                 RewriteInput(trace_id=workflow.info().workflow_id, question=request.question),
                 summary=f"rewrite the question for search with {model}",
                 task_queue=policies.llm_queue(model),
-            )
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"LLM query rewrite failed, rules used: {describe(err)}")
+            ),
+            degradations,
+            "LLM query rewrite failed, rules used",
+        )
+        if rewritten is None:
             return rules_query
         steps.append(
             StepCost(
@@ -322,8 +321,8 @@ class AnswerWorkflow:
         cost: AnswerCost,
         degradations: list[str],
     ) -> None:
-        try:
-            await call(
+        await best_effort(
+            call(
                 CostActivities.record_cost,
                 RecordCostInput(
                     trace_id=trace_id,
@@ -335,11 +334,10 @@ class AnswerWorkflow:
                     degraded=bool(degradations),
                 ),
                 summary="record what this answer cost",
-            )
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"cost not recorded: {describe(err)}")
+            ),
+            degradations,
+            "cost not recorded",
+        )
 
     async def _store(
         self,
@@ -350,8 +348,8 @@ class AnswerWorkflow:
         model: str,
         degradations: list[str],
     ) -> None:
-        try:
-            await call(
+        await best_effort(
+            call(
                 AnswerCacheActivities.store_answer,
                 StoreAnswerInput(
                     tenant=request.tenant,
@@ -363,17 +361,16 @@ class AnswerWorkflow:
                     model=model,
                 ),
                 summary="keep the answer for the LLM fallback path",
-            )
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"answer not cached: {describe(err)}")
+            ),
+            degradations,
+            "answer not cached",
+        )
 
     async def _cached(
         self, request: AskRequest, degradations: list[str]
     ) -> CachedAnswerOutput | None:
-        try:
-            found = await call(
+        found = await best_effort(
+            call(
                 AnswerCacheActivities.lookup_cached_answer,
                 CacheKeyInput(
                     tenant=request.tenant,
@@ -381,13 +378,11 @@ class AnswerWorkflow:
                     document_ids=request.document_ids,
                 ),
                 summary="look for a cached answer to this question and corpus version",
-            )
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"answer cache unavailable: {describe(err)}")
-            return None
-        return found if found.found else None
+            ),
+            degradations,
+            "answer cache unavailable",
+        )
+        return found if found is not None and found.found else None
 
     async def _generate(
         self,

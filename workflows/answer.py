@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
         TokenCounts,
     )
     from schemas.search import HydrateInput, Passage, VectorHit
-    from workflows.calls import best_effort, call, describe, is_cancellation, is_permanent
+    from workflows.calls import call, describe, is_cancellation, is_permanent
     from workflows.retrieve import retrieve
 
 DEGRADED_REPLY = (
@@ -136,16 +136,17 @@ class AnswerWorkflow:
         reranked = False
         if plan.rerank and passages:
             candidates = passages[: plan.rerank_candidates]
-            scored = await best_effort(
-                call(
+            try:
+                scored = await call(
                     RerankActivities.rerank,
                     RerankInput(query=query, passages=[p.text for p in candidates]),
                     summary=f"rerank the top {len(candidates)} passages",
-                ),
-                degradations,
-                "rerank failed, retrieval order kept",
-            )
-            if scored is not None:
+                )
+            except ActivityError as err:
+                if is_cancellation(err):
+                    raise
+                degradations.append(f"rerank failed, retrieval order kept: {describe(err)}")
+            else:
                 order = sorted(
                     range(len(candidates)),
                     key=lambda i: (-scored.scores[i], str(candidates[i].chunk_id)),
@@ -288,17 +289,17 @@ class AnswerWorkflow:
         degradations: list[str],
         steps: list[StepCost],
     ) -> str:
-        rewritten = await best_effort(
-            call(
+        try:
+            rewritten = await call(
                 InferenceActivities.rewrite_query,
                 RewriteInput(trace_id=workflow.info().workflow_id, question=request.question),
                 summary=f"rewrite the question for search with {model}",
                 task_queue=policies.llm_queue(model),
-            ),
-            degradations,
-            "LLM query rewrite failed, rules used",
-        )
-        if rewritten is None:
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"LLM query rewrite failed, rules used: {describe(err)}")
             return rules_query
         steps.append(
             StepCost(
@@ -321,8 +322,8 @@ class AnswerWorkflow:
         cost: AnswerCost,
         degradations: list[str],
     ) -> None:
-        await best_effort(
-            call(
+        try:
+            await call(
                 CostActivities.record_cost,
                 RecordCostInput(
                     trace_id=trace_id,
@@ -334,10 +335,11 @@ class AnswerWorkflow:
                     degraded=bool(degradations),
                 ),
                 summary="record what this answer cost",
-            ),
-            degradations,
-            "cost not recorded",
-        )
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"cost not recorded: {describe(err)}")
 
     async def _store(
         self,
@@ -348,8 +350,8 @@ class AnswerWorkflow:
         model: str,
         degradations: list[str],
     ) -> None:
-        await best_effort(
-            call(
+        try:
+            await call(
                 AnswerCacheActivities.store_answer,
                 StoreAnswerInput(
                     tenant=request.tenant,
@@ -361,16 +363,17 @@ class AnswerWorkflow:
                     model=model,
                 ),
                 summary="keep the answer for the LLM fallback path",
-            ),
-            degradations,
-            "answer not cached",
-        )
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"answer not cached: {describe(err)}")
 
     async def _cached(
         self, request: AskRequest, degradations: list[str]
     ) -> CachedAnswerOutput | None:
-        found = await best_effort(
-            call(
+        try:
+            found = await call(
                 AnswerCacheActivities.lookup_cached_answer,
                 CacheKeyInput(
                     tenant=request.tenant,
@@ -378,11 +381,13 @@ class AnswerWorkflow:
                     document_ids=request.document_ids,
                 ),
                 summary="look for a cached answer to this question and corpus version",
-            ),
-            degradations,
-            "answer cache unavailable",
-        )
-        return found if found is not None and found.found else None
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"answer cache unavailable: {describe(err)}")
+            return None
+        return found if found.found else None
 
     async def _generate(
         self,

@@ -72,19 +72,6 @@ async def call(
     )
 
 
-async def best_effort(step: Awaitable[Out], degradations: list[str], failed: str) -> Out | None:
-    """Await a step the flow survives without: once its retries are spent, the failure is
-    recorded in `degradations` as '<failed>: <cause>' and the result is None. A cancellation
-    of the flow goes through."""
-    try:
-        return await step
-    except ActivityError as err:
-        if is_cancellation(err):
-            raise
-        degradations.append(f"{failed}: {describe(err)}")
-        return None
-
-
 def is_permanent_config_error(err: ActivityError) -> bool:
     """A misconfiguration (wrong model, dimension mismatch): no fallback can help, fail the flow."""
     cause = err.cause

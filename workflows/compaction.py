@@ -13,12 +13,13 @@ left. Scheduled nightly by `durable-rag schedules apply`; id `compact-<date>` th
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.documents import DocumentActivities
     from activities.vector_index import VectorIndexActivities
     from schemas.maintenance import CompactionInput, CompactionReport
-    from workflows.calls import best_effort, call
+    from workflows.calls import call, describe, is_cancellation
 
 
 @workflow.defn
@@ -48,20 +49,22 @@ class CompactionWorkflow:
         )
         degradations: list[str] = []
         # Both only reclaim space: a failure is reported, not fatal.
-        await best_effort(
-            call(VectorIndexActivities.optimize_index, request, summary="optimize the index"),
-            degradations,
-            "optimizing the index failed",
-        )
-        await best_effort(
-            call(
+        try:
+            await call(VectorIndexActivities.optimize_index, request, summary="optimize the index")
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"optimizing the index failed: {describe(err)}")
+        try:
+            await call(
                 DocumentActivities.vacuum_chunks,
                 request,
                 summary="VACUUM (ANALYZE) the chunk tables",
-            ),
-            degradations,
-            "VACUUM failed",
-        )
+            )
+        except ActivityError as err:
+            if is_cancellation(err):
+                raise
+            degradations.append(f"VACUUM failed: {describe(err)}")
         points_after = await call(
             VectorIndexActivities.index_stats, request, summary="count the index's points again"
         )

@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Date, cast, func, select
+from sqlalchemy import Date, cast, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
-from durable_rag.db import AnswerCostRow
-from durable_rag.metrics import ANSWERS
+from durable_rag.db import AnswerCostRow, TranscriptRow
+from durable_rag.metrics import ANSWERS, ENGINE_SECONDS
 from schemas.answer import RecordCostInput
+from schemas.maintenance import CompactionInput, PurgeTranscriptsOutput
 
 
 class CostActivities:
@@ -21,7 +22,8 @@ class CostActivities:
 
     @activity.defn
     def record_cost(self, request: RecordCostInput) -> None:
-        """One row per answer; a retry overwrites the same row."""
+        """One row per answer (and its transcript, when it carries one); a retry overwrites the
+        same rows."""
         cost = request.cost
         tokens_in = sum(s.prompt_tokens for s in cost.steps)
         tokens_out = sum(s.completion_tokens for s in cost.steps)
@@ -41,8 +43,34 @@ class CostActivities:
             session.execute(
                 statement.on_conflict_do_update(index_elements=["trace_id"], set_=values)
             )
+            if request.messages:
+                transcript = {
+                    "tenant": request.tenant,
+                    "model": request.model or "-",
+                    "messages": [m.model_dump() for m in request.messages],
+                    "output": request.output,
+                }
+                session.execute(
+                    insert(TranscriptRow)
+                    .values(trace_id=request.trace_id, **transcript)
+                    .on_conflict_do_update(index_elements=["trace_id"], set_=transcript)
+                )
         # Once per answer (a retry after this point is rare and only over-counts by one).
         ANSWERS.labels(request.route, str(request.degraded).lower()).inc()
+        for step in cost.steps:
+            ENGINE_SECONDS.labels(step.model, step.step).inc(step.seconds)
+
+    @activity.defn
+    def purge_transcripts(self, request: CompactionInput) -> PurgeTranscriptsOutput:
+        """Delete transcripts past their retention."""
+        cutoff = func.now() - timedelta(days=request.transcript_retention_days)
+        with self.sessions.begin() as session:
+            removed = session.execute(
+                delete(TranscriptRow)
+                .where(TranscriptRow.created_at < cutoff)
+                .returning(TranscriptRow.trace_id)
+            ).all()
+        return PurgeTranscriptsOutput(removed=len(removed))
 
 
 @dataclass(frozen=True)

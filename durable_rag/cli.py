@@ -481,6 +481,7 @@ def costs_top(
 ) -> None:
     """The most expensive answers, then totals per model, per tenant and per day."""
     from activities import costs
+    from durable_rag import feedback
 
     settings = _settings()
     sessions = _key_sessions(settings)
@@ -488,6 +489,7 @@ def costs_top(
     with sessions() as session:
         rows = costs.top(session, limit, since)
         totals = {by: costs.totals(session, by, since) for by in ("model", "tenant", "day")}
+        votes = feedback.tally(session, since)
     console.print(f"[bold]Most expensive answers, last {days:g} day(s)[/bold]")
     console.print(f"{'engine s':>9} {'tokens in':>9} {'out':>6} {'tenant':<12} {'model':<24} trace")
     for row in rows:
@@ -495,6 +497,10 @@ def costs_top(
             f"{row.engine_seconds:>9.3f} {row.prompt_tokens:>9} {row.completion_tokens:>6} "
             f"{row.tenant:<12} {row.model:<24} {row.trace_id}"
         )
+    console.print(
+        f"\nfeedback: {votes.up} up, {votes.down} down"
+        + (f" ({votes.approval:.0%} approval)" if votes.approval is not None else "")
+    )
     for by, found in totals.items():
         console.print(f"\n[bold]Per {by}[/bold]")
         console.print(f"{by:<24} {'answers':>8} {'engine s':>10} {'tokens in':>10} {'out':>8}")
@@ -503,6 +509,30 @@ def costs_top(
                 f"{total.key:<24} {total.answers:>8} {total.engine_seconds:>10.3f} "
                 f"{total.prompt_tokens:>10} {total.completion_tokens:>8}"
             )
+
+
+@app.command("feedback")
+def feedback_cmd(
+    trace_id: Annotated[str, typer.Argument(help="The trace id the answer came back with.")],
+    rating: Annotated[str, typer.Argument(help="up or down")],
+    comment: Annotated[str, typer.Option(help="Why, in a few words.")] = "",
+    tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
+) -> None:
+    """Record a thumbs up or down on an answer; the latest vote counts."""
+    from durable_rag import feedback
+
+    if rating not in feedback.RATINGS:
+        _usage_error(f"rating must be 'up' or 'down', not {rating!r}")
+    if len(comment) > 2_000:
+        _usage_error("the comment is over 2000 characters")
+    settings = _settings()
+    try:
+        replaced = feedback.record(
+            _key_sessions(settings), tenant or settings.default_tenant, trace_id, rating, comment
+        )
+    except feedback.UnknownAnswer as exc:
+        _usage_error(str(exc))
+    console.print(f"{'replaced the vote' if replaced else 'recorded'}: {rating} on {trace_id}")
 
 
 schedules_app = typer.Typer(

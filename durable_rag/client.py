@@ -230,7 +230,10 @@ class RagClient:
 
     async def compact(self, batch_size: int | None = None) -> CompactionReport:
         """Run a compaction now (the schedule runs it nightly)."""
-        request = CompactionInput(batch_size=batch_size or self.settings.compaction_batch_size)
+        request = CompactionInput(
+            batch_size=batch_size or self.settings.compaction_batch_size,
+            transcript_retention_days=self.settings.transcript_retention_days,
+        )
         return await self.client.execute_workflow(
             CompactionWorkflow.run,
             request,
@@ -310,6 +313,7 @@ class RagClient:
             context_tokens=context,
             retrieval=self.retrieval_plan(request.top_k),
             cache_answers=s.answer_cache,
+            keep_transcript=s.transcripts,
             rewrite_model=s.query_rewrite_model,
             rerank=bool(s.reranker_model),
             rerank_candidates=s.rerank_candidates,

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
+    CheckConstraint,
     ColumnElement,
     Computed,
     DateTime,
@@ -241,6 +242,37 @@ class AnswerCostRow(Base):
     embed_seconds: Mapped[float] = mapped_column(Float)
     total_ms: Mapped[float] = mapped_column(Float)
     steps: Mapped[list[dict[str, object]]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), index=True
+    )
+
+
+class FeedbackRow(Base):
+    """A user's thumbs up or down on one answer (the latest vote counts)."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (CheckConstraint("rating IN ('up', 'down')", name="rating"),)
+
+    trace_id: Mapped[str] = mapped_column(
+        String(256), ForeignKey("answer_costs.trace_id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant: Mapped[str] = mapped_column(String(64), index=True)
+    rating: Mapped[str] = mapped_column(String(8))
+    comment: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class TranscriptRow(Base):
+    """The exact prompt and output of one answer, kept apart from the logs (which never carry
+    them at INFO) and deleted by compaction after `transcript_retention_days`."""
+
+    __tablename__ = "transcripts"
+
+    trace_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(128))
+    messages: Mapped[list[dict[str, object]]] = mapped_column(JSONB)
+    output: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), index=True
     )

@@ -12,12 +12,31 @@ DOCUMENTS_INGESTED = Counter(
     "Documents handled by ingest batches, by outcome.",
     ["status"],  # ingested | unchanged | failed
 )
+# --- workflow and step ---------------------------------------------------------------------------
 STEP_SECONDS = Histogram(
     "durable_rag_step_seconds",
     "Time spent in one pipeline step inside an activity.",
     ["step"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
+
+ACTIVITY_SECONDS = Histogram(
+    "durable_rag_activity_seconds",
+    "One activity attempt, by activity type and outcome (completed | failed | cancelled).",
+    ["activity", "outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 600),
+)
+ACTIVITY_RETRIES = Counter(
+    "durable_rag_activity_retries_total",
+    "Activity attempts after the first (Temporal retrying), by activity type.",
+    ["activity"],
+)
+# Workflow code records these through workflow.metric_meter(), so they are served by the Temporal
+# SDK's endpoint (metrics_port + 1, see workers/common.py) and a replayed run never counts twice.
+WORKFLOW_STEP_SECONDS = "durable_rag_workflow_step_seconds"  # histogram, by workflow_type, step
+WORKFLOW_STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 600)
+# Counter, by workflow_type and kind (the fallback taken); the SDK adds the "_total" suffix.
+DEGRADATIONS = "durable_rag_degradations"
 
 # --- gateway (service level) ---------------------------------------------------------------------
 HTTP_REQUESTS = Counter(
@@ -67,4 +86,14 @@ ANSWERS = Counter(
     "Answers by route (primary | fallback_model | cached_answer | default_reply) and whether "
     "anything was degraded.",
     ["route", "degraded"],
+)
+FEEDBACK = Counter(
+    "durable_rag_feedback_total",
+    "User votes on answers, by rating (up | down).",
+    ["rating"],
+)
+ENGINE_SECONDS = Counter(
+    "durable_rag_engine_seconds_total",
+    "Model engine seconds spent on answers (their cost), by model and step.",
+    ["model", "step"],
 )

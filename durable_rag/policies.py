@@ -330,6 +330,13 @@ DECLARED: dict[str, ActivityPolicy] = {
         fallback=Fallback.SKIP,
         expected_latency="seconds per million rows",
     ),
+    "purge_transcripts": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        start_to_close=timedelta(minutes=5),
+        retry=_retry(attempts=3, maximum=60),
+        fallback=Fallback.SKIP,
+        expected_latency="~10 ms per thousand rows",
+    ),
     # --- rebuild ------------------------------------------------------------------------------
     "begin_generation": ActivityPolicy(
         queue=Queue.INDEX,

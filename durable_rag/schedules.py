@@ -101,7 +101,10 @@ def desired(settings: Settings) -> list[Desired]:
                 COMPACTION,
                 settings.compaction_cron,
                 CompactionWorkflow.run,
-                CompactionInput(batch_size=settings.compaction_batch_size),
+                CompactionInput(
+                    batch_size=settings.compaction_batch_size,
+                    transcript_retention_days=settings.transcript_retention_days,
+                ),
                 "compact",
                 "scheduled compaction of the index and chunk store",
                 settings,

@@ -279,6 +279,14 @@ class Settings(BaseSettings):
         description="Keep each generated answer (per question and corpus version) for the "
         "fallback path: when every model queue fails, a cached answer beats the default reply.",
     )
+    transcripts: bool = Field(
+        default=True,
+        description="Keep each answer's exact prompt and output in Postgres (`transcripts`), "
+        "apart from the logs, which never carry them at INFO.",
+    )
+    transcript_retention_days: int = Field(
+        default=30, ge=1, le=3_650, description="Compaction deletes transcripts older than this."
+    )
     answer_context_passages: int = Field(
         default=5, ge=1, le=50, description="Most passages placed in the prompt."
     )

@@ -53,7 +53,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from durable_rag import keys, policies
+from durable_rag import feedback, keys, policies
 from durable_rag.client import IdempotencyConflict, RagClient, failure_cause
 from durable_rag.db import make_sessionmaker
 from durable_rag.logs import TRACE_ID
@@ -70,6 +70,8 @@ from schemas.gateway import (
     ChatCompletionBody,
     DocumentAccepted,
     DocumentBody,
+    FeedbackBody,
+    FeedbackRecorded,
     MessageBody,
     Readiness,
     RunStatus,
@@ -572,6 +574,20 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
             if isinstance(cause, ApplicationError) and cause.type == policies.NOT_FOUND:
                 raise HTTPException(404, f"no document {document_id}") from exc
             raise _http_error(exc) from exc
+
+    # --- feedback -------------------------------------------------------------------------------
+
+    @app.post("/v1/feedback", response_model=FeedbackRecorded)
+    async def post_feedback(body: FeedbackBody, tenant: Tenant) -> FeedbackRecorded:
+        """Thumbs up or down on an answer, by the trace id it came back with. The latest vote
+        counts."""
+        try:
+            replaced = await asyncio.to_thread(
+                feedback.record, sessions, tenant, body.trace_id, body.rating, body.comment
+            )
+        except feedback.UnknownAnswer as exc:
+            raise HTTPException(404, str(exc)) from exc
+        return FeedbackRecorded(trace_id=body.trace_id, rating=body.rating, replaced=replaced)
 
     # --- runs -----------------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ class AnswerPlan(Contract):
         default="", description="Model whose queue rewrites the question; empty: rules only."
     )
     cache_answers: bool = True
+    keep_transcript: bool = False
     rerank: bool = False
     rerank_candidates: int = Field(default=10, ge=1, le=100)
 
@@ -211,3 +212,6 @@ class RecordCostInput(Contract):
     total_ms: float
     cost: AnswerCost
     degraded: bool = False
+    # The exact prompt and output, for the transcripts table; empty: keep none.
+    messages: list[ChatMessage] = Field(default_factory=list)
+    output: str = ""

@@ -103,3 +103,17 @@ class ChatCompletionBody(Contract):
     n: int = Field(default=1, ge=1, le=1, description="One choice only.")
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     user: str | None = Field(default=None, max_length=256)
+
+
+class FeedbackBody(Contract):
+    """A user's verdict on one answer, by the trace id the answer came back with."""
+
+    trace_id: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:-]+$")
+    rating: Literal["up", "down"]
+    comment: str = Field(default="", max_length=2_000)
+
+
+class FeedbackRecorded(Contract):
+    trace_id: str
+    rating: Literal["up", "down"]
+    replaced: bool = Field(description="True when this vote replaced an earlier one.")

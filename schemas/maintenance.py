@@ -11,9 +11,16 @@ class CompactionInput(Contract):
     batch_size: int = Field(
         default=1_000, ge=10, le=100_000, description="Rows or points removed per activity."
     )
+    transcript_retention_days: int = Field(
+        default=30, ge=1, le=3_650, description="Transcripts older than this are deleted."
+    )
 
 
 class PurgeChunksOutput(Contract):
+    removed: int
+
+
+class PurgeTranscriptsOutput(Contract):
     removed: int
 
 
@@ -42,4 +49,5 @@ class CompactionReport(Contract):
     chunks_after: int
     live_chunks: int
     counts_match: bool = Field(description="The index holds exactly the live chunks.")
+    transcripts_removed: int = Field(default=0, description="Transcripts past their retention.")
     degradations: list[str] = Field(default_factory=list)

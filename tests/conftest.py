@@ -10,7 +10,10 @@ If a service cannot start, the fixture fails loudly with the reason: no test is 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import faulthandler
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +43,38 @@ from workers.common import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
+
+
+_armed_handler: int | None = None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Keep faulthandler first in line for SIGSEGV.
+
+    vLLM loads tvm_ffi (through xgrammar), whose library constructor replaces the SIGSEGV handler
+    with one that allocates while symbolizing a native backtrace, and writes it to the captured
+    stderr: a native crash then ends the run with a bare "Segmentation fault". Re-arming puts
+    faulthandler back in front (every thread's Python stack, to pytest's uncaptured stderr), and
+    it chains to tvm's handler for the native frames.
+    """
+    global _armed_handler
+    from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+    fd = item.config.stash.get(fault_handler_stderr_fd_key, None)
+    if fd is None:
+        return
+    libc = ctypes.CDLL(None)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    current = libc.signal(signal.SIGSEGV, None)  # reads it (and sets SIG_DFL for a moment)
+    libc.signal(signal.SIGSEGV, current)
+    if current == _armed_handler:
+        return
+    faulthandler.disable()  # enable() is a no-op while enabled, and would not see tvm's handler
+    libc.signal(signal.SIGSEGV, current)
+    faulthandler.enable(file=fd, all_threads=True)
+    _armed_handler = libc.signal(signal.SIGSEGV, None)
+    libc.signal(signal.SIGSEGV, _armed_handler)
 
 
 @pytest.fixture(scope="session")

@@ -349,7 +349,7 @@ def test_dashboards_query_only_metrics_the_code_exports() -> None:
             + Path(durable_rag.gpu.__file__).read_text(),
         )
     )
-    suffixes = ("_bucket", "_sum", "_count")
+    suffixes = ("_bucket", "_sum", "_count", "_total")
     for path in _dashboards():
         for panel in _panels(json.loads(path.read_text())):
             for target in panel.get("targets", []):

@@ -5,14 +5,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from prometheus_client import start_http_server
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import CancelledError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import Worker
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    Worker,
+)
 
+from durable_rag import metrics
 from durable_rag.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -20,15 +30,54 @@ log = logging.getLogger(__name__)
 
 def make_runtime(settings: Settings) -> Runtime | None:
     """Our metrics on metrics_port; the Temporal SDK's own (task slots, schedule-to-start
-    latency) on metrics_port + 1."""
+    latency) and the workflows' step metrics on metrics_port + 1."""
     if not settings.metrics_port:
         return None
     start_http_server(settings.metrics_port, addr="0.0.0.0")
+    return temporal_runtime(f"0.0.0.0:{settings.metrics_port + 1}")
+
+
+def temporal_runtime(bind_address: str) -> Runtime:
+    """A Temporal runtime serving its metrics (Prometheus text) on `bind_address`."""
     return Runtime(
         telemetry=TelemetryConfig(
-            metrics=PrometheusConfig(bind_address=f"0.0.0.0:{settings.metrics_port + 1}")
+            metrics=PrometheusConfig(
+                bind_address=bind_address,
+                # Counters end in _total, as Prometheus (and promtool) expect.
+                counters_total_suffix=True,
+                histogram_bucket_overrides={
+                    metrics.WORKFLOW_STEP_SECONDS: list(metrics.WORKFLOW_STEP_BUCKETS)
+                },
+            )
         )
     )
+
+
+class ActivityMetrics(Interceptor):
+    """Every worker's activities: latency by outcome, and retries (attempts after the first)."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _ActivityMetricsInbound(next)
+
+
+class _ActivityMetricsInbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        if info.attempt > 1:
+            metrics.ACTIVITY_RETRIES.labels(info.activity_type).inc()
+        started = time.perf_counter()
+        outcome = "failed"
+        try:
+            result = await self.next.execute_activity(input)
+            outcome = "completed"
+            return result
+        except (asyncio.CancelledError, CancelledError):
+            outcome = "cancelled"
+            raise
+        finally:
+            metrics.ACTIVITY_SECONDS.labels(info.activity_type, outcome).observe(
+                time.perf_counter() - started
+            )
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:

@@ -28,7 +28,7 @@ from durable_rag.index.generations import Generations
 from durable_rag.logs import setup_logging
 from durable_rag.rerank import Reranker, load_reranker
 from durable_rag.settings import Settings
-from workers.common import connect, make_runtime, run_until_signalled
+from workers.common import ActivityMetrics, connect, make_runtime, run_until_signalled
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.index_task_queue,
+        interceptors=[ActivityMetrics()],
         activities=[
             vectors.index_documents,
             vectors.purge_superseded,

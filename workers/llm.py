@@ -25,7 +25,7 @@ from durable_rag.logs import setup_logging
 from durable_rag.metrics import LLM_RUNNING
 from durable_rag.settings import Settings
 from durable_rag.streaming import TokenPublisher
-from workers.common import connect, make_runtime, run_until_signalled
+from workers.common import ActivityMetrics, connect, make_runtime, run_until_signalled
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or policies.llm_queue(engine.model_name),
+        interceptors=[ActivityMetrics()],
         activities=[inference.generate, inference.rewrite_query, inference.summarize],
         max_concurrent_activities=settings.llm_max_concurrent_generations,
         # Heartbeats are how a cancellation reaches a running generation: send them often.

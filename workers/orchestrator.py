@@ -24,7 +24,7 @@ from durable_rag.db import make_sessionmaker
 from durable_rag.embedding import load_tokenizer
 from durable_rag.logs import setup_logging
 from durable_rag.settings import Settings
-from workers.common import connect, make_runtime, run_until_signalled
+from workers.common import ActivityMetrics, connect, make_runtime, run_until_signalled
 from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow
@@ -66,6 +66,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.workflow_task_queue,
+        interceptors=[ActivityMetrics()],
         workflows=WORKFLOWS,
         activities=[
             documents.discover_files,
@@ -80,6 +81,7 @@ def build_worker(
             documents.hydrate_hits,
             documents.keyword_search,
             cache.lookup_cached_answer,
+            costs.purge_transcripts,
             cache.store_answer,
             costs.record_cost,
             history.load_conversation,

@@ -56,7 +56,15 @@ with workflow.unsafe.imports_passed_through():
         TokenCounts,
     )
     from schemas.search import HydrateInput, Passage, VectorHit
-    from workflows.calls import call, describe, is_cancellation, is_permanent
+    from workflows.calls import (
+        best_effort,
+        call,
+        degrade,
+        describe,
+        is_cancellation,
+        is_permanent,
+        record_steps,
+    )
     from workflows.retrieve import retrieve
 
 DEGRADED_REPLY = (
@@ -136,17 +144,17 @@ class AnswerWorkflow:
         reranked = False
         if plan.rerank and passages:
             candidates = passages[: plan.rerank_candidates]
-            try:
-                scored = await call(
+            scored = await best_effort(
+                call(
                     RerankActivities.rerank,
                     RerankInput(query=query, passages=[p.text for p in candidates]),
                     summary=f"rerank the top {len(candidates)} passages",
-                )
-            except ActivityError as err:
-                if is_cancellation(err):
-                    raise
-                degradations.append(f"rerank failed, retrieval order kept: {describe(err)}")
-            else:
+                ),
+                degradations,
+                "rerank_skipped",
+                "rerank failed, retrieval order kept",
+            )
+            if scored is not None:
                 order = sorted(
                     range(len(candidates)),
                     key=lambda i: (-scored.scores[i], str(candidates[i].chunk_id)),
@@ -173,7 +181,11 @@ class AnswerWorkflow:
             estimate_tokens,
         )
         if dropped:
-            degradations.append(f"{dropped} passage(s) dropped to fit the context budget")
+            degrade(
+                degradations,
+                "passages_dropped",
+                f"{dropped} passage(s) dropped to fit the context budget",
+            )
         by_id = {str(p.chunk_id): p for p in passages}
         lap("assemble")
 
@@ -224,8 +236,13 @@ class AnswerWorkflow:
                 route, model, text, citations, method = (
                     "cached_answer", cached.model, cached.answer, cached.citations, "cached"
                 )  # fmt: skip
-                degradations.append(f"served the cached answer of run {cached.trace_id}")
+                degrade(
+                    degradations,
+                    "cached_answer",
+                    f"served the cached answer of run {cached.trace_id}",
+                )
             else:
+                degrade(degradations, "default_reply", "no model answered: the default reply")
                 text, method = DEGRADED_REPLY, "none"
                 citations = cite([key for key, _ in kept[:3]])
         lap("parse")
@@ -249,7 +266,19 @@ class AnswerWorkflow:
         )
         # Runs recorded before cost rows existed replay without this step.
         if workflow.patched("answer-cost-row"):
-            await self._record_cost(request, trace_id, model, route, timings, cost, degradations)
+            kept_transcript = generated is not None and plan.keep_transcript
+            await self._record_cost(
+                request,
+                trace_id,
+                model,
+                route,
+                timings,
+                cost,
+                degradations,
+                messages if kept_transcript else [],
+                text if kept_transcript else "",
+            )
+        record_steps(timings)
         workflow.logger.info(
             "answered via %s with %d citation(s), %d degradation(s), in %.0f ms",
             route,
@@ -289,17 +318,18 @@ class AnswerWorkflow:
         degradations: list[str],
         steps: list[StepCost],
     ) -> str:
-        try:
-            rewritten = await call(
+        rewritten = await best_effort(
+            call(
                 InferenceActivities.rewrite_query,
                 RewriteInput(trace_id=workflow.info().workflow_id, question=request.question),
                 summary=f"rewrite the question for search with {model}",
                 task_queue=policies.llm_queue(model),
-            )
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"LLM query rewrite failed, rules used: {describe(err)}")
+            ),
+            degradations,
+            "rules_rewrite",
+            "LLM query rewrite failed, rules used",
+        )
+        if rewritten is None:
             return rules_query
         steps.append(
             StepCost(
@@ -321,9 +351,11 @@ class AnswerWorkflow:
         timings: dict[str, float],
         cost: AnswerCost,
         degradations: list[str],
+        messages: list[ChatMessage],
+        output: str,
     ) -> None:
-        try:
-            await call(
+        await best_effort(
+            call(
                 CostActivities.record_cost,
                 RecordCostInput(
                     trace_id=trace_id,
@@ -333,13 +365,15 @@ class AnswerWorkflow:
                     total_ms=round(sum(timings.values()), 1),
                     cost=cost,
                     degraded=bool(degradations),
+                    messages=messages,
+                    output=output,
                 ),
                 summary="record what this answer cost",
-            )
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"cost not recorded: {describe(err)}")
+            ),
+            degradations,
+            "cost_not_recorded",
+            "cost not recorded",
+        )
 
     async def _store(
         self,
@@ -350,8 +384,8 @@ class AnswerWorkflow:
         model: str,
         degradations: list[str],
     ) -> None:
-        try:
-            await call(
+        await best_effort(
+            call(
                 AnswerCacheActivities.store_answer,
                 StoreAnswerInput(
                     tenant=request.tenant,
@@ -363,17 +397,17 @@ class AnswerWorkflow:
                     model=model,
                 ),
                 summary="keep the answer for the LLM fallback path",
-            )
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"answer not cached: {describe(err)}")
+            ),
+            degradations,
+            "answer_not_cached",
+            "answer not cached",
+        )
 
     async def _cached(
         self, request: AskRequest, degradations: list[str]
     ) -> CachedAnswerOutput | None:
-        try:
-            found = await call(
+        found = await best_effort(
+            call(
                 AnswerCacheActivities.lookup_cached_answer,
                 CacheKeyInput(
                     tenant=request.tenant,
@@ -381,13 +415,12 @@ class AnswerWorkflow:
                     document_ids=request.document_ids,
                 ),
                 summary="look for a cached answer to this question and corpus version",
-            )
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"answer cache unavailable: {describe(err)}")
-            return None
-        return found if found.found else None
+            ),
+            degradations,
+            "cache_unavailable",
+            "answer cache unavailable",
+        )
+        return found if found is not None and found.found else None
 
     async def _generate(
         self,
@@ -420,5 +453,9 @@ class AnswerWorkflow:
             except ActivityError as err:
                 if is_permanent(err) or is_cancellation(err):
                     raise
-                degradations.append(f"generation on {name} failed: {describe(err)}")
+                degrade(
+                    degradations,
+                    "fallback_model" if route == "primary" and len(routes) > 1 else "no_model",
+                    f"generation on {name} failed: {describe(err)}",
+                )
         return None, "default_reply", ""

@@ -10,7 +10,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_rag import policies
+    from durable_rag import metrics, policies
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -70,6 +70,39 @@ async def call(
         retry_policy=policy.retry,
         summary=summary,
     )
+
+
+async def best_effort(
+    step: Awaitable[Out], degradations: list[str], kind: str, failed: str
+) -> Out | None:
+    """Await a step the flow can do without: on failure, report the degradation and go on
+    (None). A cancellation of the flow itself still goes through."""
+    try:
+        return await step
+    except ActivityError as err:
+        if is_cancellation(err):
+            raise
+        degrade(degradations, kind, f"{failed}: {describe(err)}")
+        return None
+
+
+def degrade(degradations: list[str], kind: str, message: str) -> None:
+    """Report a fallback taken: in the result (`message`) and in the metrics (`kind`, a bounded
+    name such as "rerank_skipped")."""
+    degradations.append(message)
+    workflow.metric_meter().create_counter(
+        metrics.DEGRADATIONS, "Fallbacks taken by workflows, by kind."
+    ).add(1, {"kind": kind})
+
+
+def record_steps(timings_ms: dict[str, float]) -> None:
+    """The flow's step latencies, as the Temporal SDK's histogram (labelled by workflow type).
+    The meter records nothing while a run replays, so no step counts twice."""
+    histogram = workflow.metric_meter().create_histogram_float(
+        metrics.WORKFLOW_STEP_SECONDS, "Latency of one workflow step, by step.", "s"
+    )
+    for step, ms in timings_ms.items():
+        histogram.record(ms / 1000, {"step": step})
 
 
 def is_permanent_config_error(err: ActivityError) -> bool:

@@ -13,13 +13,13 @@ left. Scheduled nightly by `durable-rag schedules apply`; id `compact-<date>` th
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.costs import CostActivities
     from activities.documents import DocumentActivities
     from activities.vector_index import VectorIndexActivities
     from schemas.maintenance import CompactionInput, CompactionReport
-    from workflows.calls import call, describe, is_cancellation
+    from workflows.calls import best_effort, call
 
 
 @workflow.defn
@@ -49,22 +49,36 @@ class CompactionWorkflow:
         )
         degradations: list[str] = []
         # Both only reclaim space: a failure is reported, not fatal.
-        try:
-            await call(VectorIndexActivities.optimize_index, request, summary="optimize the index")
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"optimizing the index failed: {describe(err)}")
-        try:
-            await call(
+        await best_effort(
+            call(VectorIndexActivities.optimize_index, request, summary="optimize the index"),
+            degradations,
+            "optimize_skipped",
+            "optimizing the index failed",
+        )
+        await best_effort(
+            call(
                 DocumentActivities.vacuum_chunks,
                 request,
                 summary="VACUUM (ANALYZE) the chunk tables",
+            ),
+            degradations,
+            "vacuum_skipped",
+            "VACUUM failed",
+        )
+        transcripts_removed = 0
+        # Runs recorded before transcripts existed replay without this step.
+        if workflow.patched("purge-transcripts"):
+            purged = await best_effort(
+                call(
+                    CostActivities.purge_transcripts,
+                    request,
+                    summary=f"delete transcripts older than {request.transcript_retention_days} days",
+                ),
+                degradations,
+                "transcripts_kept",
+                "purging old transcripts failed",
             )
-        except ActivityError as err:
-            if is_cancellation(err):
-                raise
-            degradations.append(f"VACUUM failed: {describe(err)}")
+            transcripts_removed = purged.removed if purged else 0
         points_after = await call(
             VectorIndexActivities.index_stats, request, summary="count the index's points again"
         )
@@ -74,6 +88,7 @@ class CompactionWorkflow:
         report = CompactionReport(
             workflow_id=workflow.info().workflow_id,
             chunks_removed=chunks_removed,
+            transcripts_removed=transcripts_removed,
             points_removed=swept.points_removed,
             points_before=points_before.points,
             points_after=points_after.points,

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         VectorHit,
         VectorSearchOutput,
     )
-    from workflows.calls import call, describe, is_cancellation
+    from workflows.calls import call, degrade, describe, is_cancellation
 
 
 @dataclass
@@ -60,11 +60,19 @@ async def retrieve(
     embed_seconds = 0.0
     dense_hits: list[VectorHit] = []
     if isinstance(dense, BaseException):
-        degradations.append(f"vector search failed, keyword search served alone: {_why(dense)}")
+        degrade(
+            degradations,
+            "keyword_only",
+            f"vector search failed, keyword search served alone: {_why(dense)}",
+        )
     else:
         embed_seconds, dense_hits = dense.embed_seconds, dense.hits
     if isinstance(keyword, BaseException):
-        degradations.append(f"keyword search failed, vector search served alone: {_why(keyword)}")
+        degrade(
+            degradations,
+            "vector_only",
+            f"keyword search failed, vector search served alone: {_why(keyword)}",
+        )
         keyword = []
     served_dense = use_dense and not any(d.startswith("vector") for d in degradations)
     served_keyword = use_keyword and not any(d.startswith("keyword") for d in degradations)

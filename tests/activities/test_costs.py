@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from activities import costs
 from activities.costs import CostActivities
+from durable_rag import feedback
 from durable_rag.cli import app
-from schemas.answer import AnswerCost, RecordCostInput, StepCost
+from schemas.answer import AnswerCost, ChatMessage, RecordCostInput, StepCost
+from schemas.maintenance import CompactionInput
 from tests.conftest import Database
 
 pytestmark = pytest.mark.integration
@@ -73,3 +75,61 @@ def test_costs_are_one_row_per_answer_and_top_sorts_by_engine_seconds(
     )
     assert "answer-a" not in result.output.split("Per model")[0]
     assert "Per model" in result.output and "Per tenant" in result.output
+
+
+def test_feedback_from_the_cli_is_one_vote_per_answer_and_bad_votes_exit_2(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    CostActivities(database.sessions).record_cost(answer_cost("answer-f", "acme", "small", 1.0))
+    monkeypatch.setenv("DURABLE_RAG_DATABASE_URL", database.url)
+    cli = CliRunner()
+
+    def vote(*args: str) -> Result:
+        return cli.invoke(app, ["feedback", *args, "--tenant", "acme"])
+
+    assert vote("answer-f", "up").exit_code == 0
+    replaced = vote("answer-f", "down", "--comment", "cited the wrong page")
+    assert replaced.exit_code == 0 and "replaced" in replaced.output
+    for args, message in [
+        (("answer-f", "meh"), "rating must be 'up' or 'down'"),
+        (("answer-unknown", "up"), "no answer with trace id"),
+    ]:
+        refused = vote(*args)
+        assert refused.exit_code == 2 and message in refused.output, refused.output
+    other_tenant = cli.invoke(app, ["feedback", "answer-f", "up", "--tenant", "zeta"])
+    assert other_tenant.exit_code == 2
+    assert database.rows("SELECT rating, comment FROM feedback") == [
+        ("down", "cited the wrong page")
+    ]
+    with database.sessions() as session:
+        assert feedback.tally(session, costs.since_days(1)) == feedback.Tally(up=0, down=1)
+    assert "1 down" in cli.invoke(app, ["costs", "top"]).output
+
+
+def test_transcripts_are_kept_with_the_cost_row_and_purged_after_their_retention(
+    database: Database,
+) -> None:
+    activities = CostActivities(database.sessions)
+    for trace in ("answer-old", "answer-new"):
+        request = answer_cost(trace, "acme", "small", 1.0).model_copy(
+            update={
+                "messages": [ChatMessage(role="user", content=f"question of {trace}")],
+                "output": f"output of {trace}",
+            }
+        )
+        activities.record_cost(request)
+    activities.record_cost(answer_cost("answer-none", "acme", "small", 1.0))  # kept no transcript
+    database.execute(
+        "UPDATE transcripts SET created_at = now() - interval '31 days' WHERE trace_id = %s",
+        "answer-old",
+    )
+    assert database.scalar("SELECT count(*) FROM transcripts") == 2
+    purged = activities.purge_transcripts(CompactionInput(transcript_retention_days=30))
+    assert purged.removed == 1
+    assert database.rows("SELECT trace_id, output, messages FROM transcripts") == [
+        (
+            "answer-new",
+            "output of answer-new",
+            [{"role": "user", "content": "question of answer-new"}],
+        )
+    ]

@@ -29,11 +29,13 @@ from durable_rag import keys
 from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import VllmEngine
 from durable_rag.logs import trace_id_of
-from durable_rag.stack import free_port
+from durable_rag.settings import Settings
+from durable_rag.stack import TemporalDevServer, free_port
 from gateway.app import create_app
 from tests.conftest import Database
 from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
 from tests.workflows.test_ingest import save_history
+from workers.common import connect, temporal_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -174,8 +176,19 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
         "durable_rag_llm_generation_tokens_bucket",
         'durable_rag_answers_total{degraded="false",route="primary"}',
         'durable_rag_step_seconds_bucket{le="0.005",step="generate"}',
+        'durable_rag_activity_seconds_count{activity="generate",outcome="completed"}',
+        'durable_rag_engine_seconds_total{model="',
     ):
         assert family in exposition, family
+
+    # The exact prompt and output are kept apart, in transcripts, and never logged at INFO.
+    messages, output = module_database.rows(
+        "SELECT messages, output FROM transcripts WHERE trace_id = %s", f"answer-{request_id}"
+    )[0]
+    assert output == answer["answer"] and QUESTION in messages[-1]["content"]
+    assert messages[0]["role"] == "system"
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.INFO)
+    assert messages[0]["content"][:60] not in logged and messages[-1]["content"] not in logged
 
     # One trace id from the gateway through the workflow and its activities (R7).
     traced = [r for r in caplog.records if request_id in trace_id_of(r)]
@@ -183,6 +196,43 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
     assert "durable_rag.gateway" in loggers, loggers
     assert "temporalio.workflow" in loggers, loggers
     assert "temporalio.activity" in loggers, loggers
+
+
+async def test_feedback_is_one_vote_per_answer_for_its_tenant_only(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    stream_data: Path,
+) -> None:
+    _, key = keys.create_key(module_database.sessions, "t")
+    _, other = keys.create_key(module_database.sessions, "someone-else")
+    async with served(client, module_database, embedder, engine, stream_data) as (http, _):
+        answered = await http.post(
+            "/v1/ask",
+            json={"question": QUESTION, "max_answer_tokens": 8, "top_k": 2},
+            headers=bearer(key),
+        )
+        assert answered.status_code == 200, answered.text
+        trace_id = answered.json()["trace_id"]
+
+        async def vote(body: dict[str, Any], as_key: str = key) -> httpx.Response:
+            return await http.post("/v1/feedback", json=body, headers=bearer(as_key))
+
+        first = await vote({"trace_id": trace_id, "rating": "up"})
+        assert first.status_code == 200 and first.json()["replaced"] is False, first.text
+        second = await vote({"trace_id": trace_id, "rating": "down", "comment": "too short"})
+        assert second.status_code == 200 and second.json()["replaced"] is True, second.text
+        # Another tenant's answer, an unknown trace, a bad rating: refused, nothing changes.
+        assert (await vote({"trace_id": trace_id, "rating": "up"}, other)).status_code == 404
+        assert (await vote({"trace_id": "answer-nope", "rating": "up"})).status_code == 404
+        refused = await vote({"trace_id": trace_id, "rating": "meh"})
+        assert refused.status_code == 422 and "rating" in refused.text
+        exposition = (await http.get("/metrics")).text
+    assert module_database.rows(
+        "SELECT tenant, rating, comment FROM feedback WHERE trace_id = %s", trace_id
+    ) == [("t", "down", "too short")]
+    assert 'durable_rag_feedback_total{rating="down"}' in exposition
 
 
 async def test_a_conversation_turn_streams_its_tokens_and_is_stored(
@@ -416,21 +466,33 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
 
 
 async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
-    client: Client,
+    temporal_server: TemporalDevServer,
     module_database: Database,
     embedder: Embedder,
     engine: VllmEngine,
     stream_data: Path,
     tmp_path: Path,
 ) -> None:
+    """Prometheus scrapes the gateway (our families; the workers run in this process) and the
+    workers' Temporal SDK endpoint (the workflows' step histogram, SDK task metrics)."""
     prometheus = shutil.which("prometheus")
     assert prometheus, "prometheus is not installed: `make test` installs it (Debian: prometheus)"
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not installed: `make test` installs it (Debian: prometheus)"
     _, key = keys.create_key(module_database.sessions, "t")
+    sdk_port = free_port()
+    client = await connect(
+        Settings(temporal_address=temporal_server.address),
+        temporal_runtime(f"127.0.0.1:{sdk_port}"),
+    )
     async with served(client, module_database, embedder, engine, stream_data) as (http, _):
         config = tmp_path / "prometheus.yml"
         config.write_text(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gateway\n"
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n"
+            "  - job_name: gateway\n"
             f"    static_configs:\n      - targets: ['127.0.0.1:{http.base_url.port}']\n"
+            "  - job_name: workers\n"
+            f"    static_configs:\n      - targets: ['127.0.0.1:{sdk_port}']\n"
         )
         web = free_port()
         with (tmp_path / "prometheus.log").open("w") as log:
@@ -451,19 +513,42 @@ async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
                 headers=bearer(key),
             )
             assert answered.status_code == 200, answered.text
-            query = 'durable_rag_step_seconds_count{job="gateway",step="generate"}'
-            deadline = time.monotonic() + 60
-            found: list[Any] = []
-            while not found:
-                assert server.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
-                assert time.monotonic() < deadline, "Prometheus never had the step series"
-                await asyncio.sleep(0.5)
-                with contextlib.suppress(httpx.HTTPError):
-                    reply = await http.get(
-                        f"http://127.0.0.1:{web}/api/v1/query", params={"query": query}
-                    )
-                    found = reply.json()["data"]["result"]
-            assert float(found[0]["value"][1]) >= 1
+            for query in (
+                'durable_rag_workflow_step_seconds_count{job="workers",'
+                'workflow_type="AnswerWorkflow",step="retrieve"}',
+                'durable_rag_workflow_step_seconds_count{job="workers",step="generate"}',
+                'durable_rag_step_seconds_count{job="gateway",step="generate"}',
+                'durable_rag_activity_seconds_count{job="gateway",activity="dense_search"}',
+            ):
+                found = await prometheus_query(http, web, query, server, tmp_path)
+                assert float(found[0]["value"][1]) >= 1, query
+            # The SDK endpoint is as lint-clean as ours (counters end in _total).
+            sdk = (await http.get(f"http://127.0.0.1:{sdk_port}/metrics")).text
+            assert "temporal_activity_schedule_to_start_latency_bucket" in sdk
+            lint = subprocess.run(
+                [promtool, "check", "metrics"], input=sdk, capture_output=True, text=True
+            )
+            assert lint.returncode == 0, lint.stdout + lint.stderr
         finally:
             server.terminate()
             server.wait(timeout=20)
+
+
+async def prometheus_query(
+    http: httpx.AsyncClient,
+    web: int,
+    query: str,
+    server: subprocess.Popen[bytes],
+    folder: Path,
+) -> list[Any]:
+    """The result of `query` once Prometheus has scraped a sample for it (within 60 s)."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert server.poll() is None, (folder / "prometheus.log").read_text()[-2000:]
+        assert time.monotonic() < deadline, f"Prometheus never had {query}"
+        with contextlib.suppress(httpx.HTTPError):
+            reply = await http.get(f"http://127.0.0.1:{web}/api/v1/query", params={"query": query})
+            found: list[Any] = reply.json()["data"]["result"]
+            if found:
+                return found
+        await asyncio.sleep(0.5)

@@ -114,7 +114,9 @@ class InferenceActivities:
             ) from exc
         if stream is not None:
             await stream.send(result.text, end=True)
-        STEP_SECONDS.labels("generate").observe(result.seconds)
+        STEP_SECONDS.labels("generate").observe(
+            result.seconds, exemplar={"trace_id": request.trace_id[:64]}
+        )
         observe_generation(result)
         activity.logger.info(
             "generated %d tokens (prompt %d) with %s in %.2f s, first token after %.2f s",

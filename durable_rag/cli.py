@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from durable_rag import policies
 from durable_rag.settings import Settings
 
 if TYPE_CHECKING:
@@ -533,6 +535,75 @@ def feedback_cmd(
     except feedback.UnknownAnswer as exc:
         _usage_error(str(exc))
     console.print(f"{'replaced the vote' if replaced else 'recorded'}: {rating} on {trace_id}")
+
+
+models_app = typer.Typer(
+    help="Which model answers by default; swap it with no request dropped (R13).",
+    no_args_is_help=True,
+)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("active")
+def models_active() -> None:
+    """The served model new answers go to."""
+    from durable_rag import models
+
+    settings = _settings()
+    console.print(models.active(_key_sessions(settings), settings.llm_name))
+
+
+@models_app.command("swap")
+def models_swap(
+    model: Annotated[str, typer.Argument(help="Served name of the new model.")],
+    ready_timeout: Annotated[
+        float, typer.Option(min=1, max=86_400, help="Seconds to wait for its worker.")
+    ] = 600,
+    stop_old: Annotated[
+        bool, typer.Option(help="Stop the embedded stack's LLM worker once it is not needed.")
+    ] = True,
+) -> None:
+    """Make MODEL the default once a worker polls its queue (start it first, e.g.
+    `DURABLE_RAG_LLM_SERVED_NAME=MODEL durable-rag worker llm`). Answers started before the
+    switch finish on the old model; then the old worker drains and exits."""
+    from durable_rag import models
+    from durable_rag.stack import worker_process
+
+    if not re.fullmatch(r"[a-z0-9._-]{1,64}", model):
+        _usage_error(f"{model!r} is not a served model name (a-z, 0-9, '.', '_', '-')")
+    settings = _settings()
+    sessions = _key_sessions(settings)
+    embedded = worker_process(settings.data_dir, "llm")
+
+    async def stop(previous: str) -> None:
+        if previous == settings.llm_name and embedded.running():
+            console.print(f"draining the worker of {previous} (pid {embedded.pid()})")
+            await asyncio.to_thread(embedded.stop, settings.worker_drain_seconds + 10)
+        else:
+            console.print(f"stop the worker of {previous} now: on SIGTERM it drains, then exits")
+
+    async def run() -> models.SwapReport:
+        rag = await _connect(settings)
+        console.print(f"waiting for a worker on {policies.llm_queue(model)}")
+        return await models.swap(
+            rag.client,
+            sessions,
+            model,
+            settings.llm_name,
+            stop if stop_old else None,
+            ready_timeout=ready_timeout,
+        )
+
+    try:
+        report = asyncio.run(run())
+    except models.SwapError as exc:
+        _fail(str(exc))
+    console.print(
+        f"{report.model} is the default model (was {report.previous}); its worker was ready "
+        f"after {report.waited_seconds:.1f} s, earlier answers closed after "
+        f"{report.settled_seconds:.1f} s, the old worker stopped after "
+        f"{report.drained_seconds:.1f} s"
+    )
 
 
 schedules_app = typer.Typer(

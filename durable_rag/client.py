@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -22,7 +24,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.history import read_history
-from durable_rag import ids, uploads
+from durable_rag import ids, models, prompts, uploads
 from durable_rag.db import make_sessionmaker
 from durable_rag.settings import Settings
 from schemas.answer import (
@@ -31,6 +33,7 @@ from schemas.answer import (
     AnswerWorkflowInput,
     AskRequest,
     ConversationWindow,
+    RoutingPlan,
 )
 from schemas.conversation import (
     ChatReply,
@@ -61,6 +64,8 @@ from workflows.delete_document import DeleteDocumentWorkflow, delete_workflow_id
 from workflows.ingest import IngestWorkflow
 from workflows.rebuild import RebuildIndexWorkflow, rebuild_workflow_id
 from workflows.search import SearchWorkflow
+
+log = logging.getLogger(__name__)
 
 
 def failure_cause(exc: BaseException) -> BaseException:
@@ -294,7 +299,16 @@ class RagClient:
             static_summary=f"search: {query[:80]}",
         )
 
-    def answer_plan(self, request: AskRequest) -> AnswerPlan:
+    async def default_model(self) -> str:
+        """The model new answers go to: the `default` alias a swap sets, else the settings'."""
+        try:
+            return await asyncio.to_thread(models.active, self.sessions, self.settings.llm_name)
+        except SQLAlchemyError as exc:
+            # Answering needs Postgres anyway; this keeps the error where it belongs.
+            log.warning("cannot read the default model (%s); using %s", exc, self.settings.llm_name)
+            return self.settings.llm_name
+
+    def answer_plan(self, request: AskRequest, default_model: str = "") -> AnswerPlan:
         s = self.settings
         if request.max_answer_tokens > s.llm_max_answer_tokens:
             raise ValueError(
@@ -308,7 +322,7 @@ class RagClient:
                 f"the model's {s.llm_max_model_len} tokens"
             )
         return AnswerPlan(
-            model=request.model or s.llm_name,
+            model=request.model or default_model or s.llm_name,
             fallback_model=s.llm_fallback_model,
             context_tokens=context,
             retrieval=self.retrieval_plan(request.top_k),
@@ -317,6 +331,16 @@ class RagClient:
             rewrite_model=s.query_rewrite_model,
             rerank=bool(s.reranker_model),
             rerank_candidates=s.rerank_candidates,
+            prompt=prompts.load(s.answer_prompt),
+            routing=RoutingPlan(
+                small_model=s.router_small_model,
+                large_model=s.router_large_model,
+                max_simple_words=s.router_max_simple_words,
+                hard_words=s.router_hard_words,
+                min_confidence=s.router_min_confidence,
+            )
+            if s.router_small_model
+            else None,
         )
 
     async def start_ask(
@@ -333,7 +357,7 @@ class RagClient:
             AnswerWorkflow.run,
             AnswerWorkflowInput(
                 request=request,
-                plan=self.answer_plan(request),
+                plan=self.answer_plan(request, await self.default_model()),
                 history=history,
                 stream_id=stream_id,
             ),
@@ -396,6 +420,7 @@ class RagClient:
             top_k=top_k,
             max_answer_tokens=max_answer_tokens,
             stream_id=stream_id,
+            model=await self.default_model(),
         )
         self.answer_plan(
             AskRequest(tenant=request.tenant, question="?", max_answer_tokens=max_answer_tokens)

@@ -278,6 +278,20 @@ class TranscriptRow(Base):
     )
 
 
+class ModelAlias(Base):
+    """The served model an alias (`default`) stands for. Clients read it for every request, so a
+    swap switches all new answers at once (durable_rag/models.py)."""
+
+    __tablename__ = "model_aliases"
+
+    alias: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(64))
+    previous: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
 class GenerationStatus:
     BUILDING = "building"  # receives every write and the rebuild's copy; serves no query
     ACTIVE = "active"  # serves queries; one per collection

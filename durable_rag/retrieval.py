@@ -135,10 +135,23 @@ def clean_rewrite(text: str, question: str) -> str:
     return query
 
 
-def build_prompt(question: str, context: Sequence[tuple[str, str]], summary: str = "") -> str:
-    parts = [f"[{n}] {text}" for n, (_, text) in enumerate(context, start=1)]
-    history = f"Conversation so far:\n{summary}\n\n" if summary else ""
-    return f"{history}Passages:\n\n" + "\n\n".join(parts) + f"\n\nQuestion: {question}\nAnswer:"
+BUILTIN_USER_TEMPLATE = "{history}Passages:\n\n{passages}\n\nQuestion: {question}\nAnswer:"
+
+
+def build_prompt(
+    question: str,
+    context: Sequence[tuple[str, str]],
+    summary: str = "",
+    template: str = BUILTIN_USER_TEMPLATE,
+) -> str:
+    """The user message: a template's `user` text with its placeholders filled. One pass over the
+    template, so braces inside a question or a passage are never read as placeholders."""
+    values = {
+        "history": f"Conversation so far:\n{summary}\n\n" if summary else "",
+        "passages": "\n\n".join(f"[{n}] {text}" for n, (_, text) in enumerate(context, start=1)),
+        "question": question,
+    }
+    return re.sub(r"\{(history|passages|question)\}", lambda m: values[m.group(1)], template)
 
 
 _MARKER = re.compile(r"\[(\d{1,3})\]")

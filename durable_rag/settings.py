@@ -19,6 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from durable_rag import prompts
+from schemas.answer import DEFAULT_HARD_WORDS
+
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 PACKAGED_SMOLLM2 = "packaged:SmolLM2-135M-Instruct"
 
@@ -240,6 +243,14 @@ class Settings(BaseSettings):
     llm_max_answer_tokens: int = Field(
         default=256, ge=1, le=16_384, description="Upper bound on any answer's length (R12)."
     )
+    worker_drain_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=3_600,
+        description="On SIGTERM a worker stops polling and lets its running activities finish "
+        "for this long before it cancels them (a model swap's drain; compose's stop_grace_period "
+        "must be longer).",
+    )
     llm_max_concurrent_generations: int = Field(
         default=8,
         ge=1,
@@ -253,6 +264,37 @@ class Settings(BaseSettings):
         pattern=r"^[a-z0-9._-]{0,64}$",
         description="Served name of a model whose LLM queue rewrites each question into a search "
         "query before retrieval (adds a generation to every answer); empty: cheap rules only.",
+    )
+    answer_prompt: str = Field(
+        default="answer-v1",
+        pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        description="Prompt template version (durable_rag/prompts/<id>.toml); every answer "
+        "records it and the file's hash.",
+    )
+    router_small_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of the model simple questions go to; with router_large_model it "
+        "turns routing on (both or neither).",
+    )
+    router_large_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of the model long, reasoning or low-confidence questions go to.",
+    )
+    router_max_simple_words: int = Field(
+        default=24, ge=1, le=1_000, description="A longer question goes to the large model."
+    )
+    router_hard_words: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_HARD_WORDS),
+        max_length=200,
+        description="Reasoning cues (words or phrases) that send a question to the large model.",
+    )
+    router_min_confidence: float = Field(
+        default=0.3,
+        ge=-1.0,
+        le=1.0,
+        description="Under this best vector similarity, retrieval is unsure: the large model.",
     )
     retrieval_mode: Literal["hybrid", "dense", "keyword"] = Field(
         default="hybrid",
@@ -391,6 +433,9 @@ class Settings(BaseSettings):
                 "conversation_summary_tokens must be at most half of conversation_history_tokens "
                 "(the rest holds the recent turns verbatim)"
             )
+        if bool(self.router_small_model) != bool(self.router_large_model):
+            raise ValueError("set both router_small_model and router_large_model, or neither")
+        prompts.load(self.answer_prompt)  # an unknown or broken template fails here, named
         if self.conversation_history_tokens >= self.llm_max_model_len // 2:
             raise ValueError(
                 "conversation_history_tokens must be under half of llm_max_model_len, so the "

@@ -40,7 +40,8 @@ from fastapi.exception_handlers import (
 )
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import REGISTRY
+from prometheus_client.exposition import choose_encoder
 from sqlalchemy import text
 from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -134,7 +135,8 @@ class RequestId:
             # The route's template, not the path: labels stay bounded (no ids in them).
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             HTTP_REQUESTS.labels(route, scope["method"], str(status or 0)).inc()
-            HTTP_SECONDS.labels(route).observe(seconds)
+            # The trace id rides as an exemplar (OpenMetrics), never as a label.
+            HTTP_SECONDS.labels(route).observe(seconds, exemplar={"trace_id": request_id[:64]})
             log.info(
                 "%s %s %s %.0f ms", scope["method"], scope["path"], status or "-", seconds * 1000
             )
@@ -340,8 +342,10 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
         return Readiness(ready=ready, checks=checks)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        # Prometheus asks for OpenMetrics, which carries the exemplars; others get plain text.
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(REGISTRY), media_type=content_type)
 
     # --- answers --------------------------------------------------------------------------------
 

@@ -33,6 +33,44 @@ class AskRequest(Contract):
     )
 
 
+class PromptTemplate(Contract):
+    """One version of the answer prompt (durable_rag/prompts/<id>.toml)."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    hash: str = Field(description="sha256 of the template file's bytes (16 hex digits).")
+    system: str
+    user: str = Field(description="With {history}, {passages} and {question}.")
+
+
+DEFAULT_HARD_WORDS = (
+    "why",
+    "how does",
+    "how do",
+    "explain",
+    "compare",
+    "difference",
+    "versus",
+    "vs",
+    "analyze",
+    "analyse",
+    "evaluate",
+    "trade-off",
+    "tradeoff",
+    "pros and cons",
+    "step by step",
+)
+
+
+class RoutingPlan(Contract):
+    """The router's rules (durable_rag/routing.py), from settings."""
+
+    small_model: ModelName
+    large_model: ModelName
+    max_simple_words: int = Field(default=24, ge=1, le=1_000)
+    hard_words: list[str] = Field(default_factory=lambda: list(DEFAULT_HARD_WORDS), max_length=200)
+    min_confidence: float = Field(default=0.3, ge=-1.0, le=1.0)
+
+
 class AnswerPlan(Contract):
     """What the caller's settings decide for one answer; the workflow reads no settings."""
 
@@ -48,6 +86,11 @@ class AnswerPlan(Contract):
     keep_transcript: bool = False
     rerank: bool = False
     rerank_candidates: int = Field(default=10, ge=1, le=100)
+    # None only in runs recorded before templates were versioned: the built-in prompt.
+    prompt: PromptTemplate | None = None
+    routing: RoutingPlan | None = Field(
+        default=None, description="Route between a small and a large model; none: `model`."
+    )
 
 
 class ChatMessage(Contract):
@@ -118,6 +161,12 @@ class AnswerCost(Contract):
     steps: list[StepCost] = Field(default_factory=list)
 
 
+class ModelChoice(Contract):
+    model: str
+    rule: Literal["requested", "long_question", "hard_question", "low_confidence", "simple"]
+    reason: str
+
+
 class Answer(Contract):
     trace_id: str
     question: str
@@ -136,6 +185,11 @@ class Answer(Contract):
     timings_ms: dict[str, float]
     tokens: TokenCounts
     cost: AnswerCost = Field(default_factory=AnswerCost)
+    prompt_id: str = Field(default="", description="The prompt template's version (R16).")
+    prompt_hash: str = Field(default="", description="Hash of that template file's bytes.")
+    model_choice: ModelChoice | None = Field(
+        default=None, description="Which model the router chose and why (R27); none: no router."
+    )
 
 
 # --- activity contracts -----------------------------------------------------------------------

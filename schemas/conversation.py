@@ -28,6 +28,12 @@ class ChatRequest(Contract):
     top_k: int = Field(default=5, ge=1, le=20)
     max_answer_tokens: int = Field(default=256, ge=1, le=4_096)
     stream_id: str = stream_id_field()
+    model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="The default model when the message was sent (a swap reaches running "
+        "conversations); empty: the conversation's plan.",
+    )
 
 
 class TurnMessage(Contract):

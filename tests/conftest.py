@@ -175,6 +175,8 @@ def make_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "workflow_task_queue": f"wf-{uuid.uuid4().hex[:8]}",
         "index_task_queue": f"ix-{uuid.uuid4().hex[:8]}",
+        # A test's workers stop when it ends: a short drain keeps a stuck activity from holding it.
+        "worker_drain_seconds": 5,
     }
     values.update(overrides)
     return Settings(**values)

@@ -27,6 +27,9 @@ runner = CliRunner()
         (["delete", "not-a-uuid"], "not a document id"),
         (["compact", "--batch-size", "1"], "batch-size"),
         (["rebuild", "--grace", "-5"], "grace"),
+        (["models", "swap", "Not A Model"], "not a served model name"),
+        (["models", "swap", "m", "--ready-timeout", "0"], "ready-timeout"),
+        (["feedback", "answer-x", "sideways"], "rating must be 'up' or 'down'"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None:

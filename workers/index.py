@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
@@ -55,6 +56,7 @@ def build_worker(
         client,
         task_queue=task_queue or settings.index_task_queue,
         interceptors=[ActivityMetrics()],
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_drain_seconds),
         activities=[
             vectors.index_documents,
             vectors.purge_superseded,

@@ -69,6 +69,7 @@ def build_worker(
         client,
         task_queue=task_queue or policies.llm_queue(engine.model_name),
         interceptors=[ActivityMetrics()],
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_drain_seconds),
         activities=[inference.generate, inference.rewrite_query, inference.summarize],
         max_concurrent_activities=settings.llm_max_concurrent_generations,
         # Heartbeats are how a cancellation reaches a running generation: send them often.

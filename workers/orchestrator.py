@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -67,6 +68,7 @@ def build_worker(
         client,
         task_queue=task_queue or settings.workflow_task_queue,
         interceptors=[ActivityMetrics()],
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_drain_seconds),
         workflows=WORKFLOWS,
         activities=[
             documents.discover_files,

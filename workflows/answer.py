@@ -30,11 +30,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.rerank import RerankActivities
     from durable_rag import policies
     from durable_rag.retrieval import (
+        BUILTIN_USER_TEMPLATE,
         SYSTEM_PROMPT,
         assemble_context,
         build_prompt,
         parse_citations,
     )
+    from durable_rag.routing import choose_model
     from schemas.answer import (
         Answer,
         AnswerCost,
@@ -48,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         ContextPassage,
         GenerateInput,
         GenerateOutput,
+        ModelChoice,
         RecordCostInput,
         RerankInput,
         RewriteInput,
@@ -189,17 +192,32 @@ class AnswerWorkflow:
         by_id = {str(p.chunk_id): p for p in passages}
         lap("assemble")
 
-        prompt = build_prompt(request.question, kept, history.summary if history else "")
+        template = plan.prompt
+        prompt = build_prompt(
+            request.question,
+            kept,
+            history.summary if history else "",
+            template.user if template else BUILTIN_USER_TEMPLATE,
+        )
         messages = [
-            ChatMessage(role="system", content=SYSTEM_PROMPT),
+            ChatMessage(role="system", content=template.system if template else SYSTEM_PROMPT),
             *(history.turns if history else []),
             ChatMessage(role="user", content=prompt),
         ]
+        model = request.model or plan.model
+        choice: ModelChoice | None = None
+        if plan.routing is not None:
+            choice = (
+                ModelChoice(model=model, rule="requested", reason="the request named its model")
+                if request.model
+                else choose_model(request.question, found.top_similarity, plan.routing)
+            )
+            model = choice.model
         generated, route, model = await self._generate(
             trace_id,
             messages,
             request.max_answer_tokens,
-            request.model or plan.model,
+            model,
             plan,
             degradations,
             wf_input.stream_id,
@@ -308,6 +326,9 @@ class AnswerWorkflow:
                 completion=generated.completion_tokens if generated else 0,
             ),
             cost=cost,
+            prompt_id=template.id if template else "builtin",
+            prompt_hash=template.hash if template else "",
+            model_choice=choice,
         )
 
     async def _llm_rewrite(

@@ -186,7 +186,9 @@ class ConversationWorkflow:
                     top_k=request.top_k,
                     max_answer_tokens=request.max_answer_tokens,
                 ),
-                plan=self.input.plan,
+                plan=self.input.plan.model_copy(update={"model": request.model})
+                if request.model
+                else self.input.plan,
                 history=history,
                 stream_id=request.stream_id,
             ),

@@ -37,6 +37,7 @@ class Retrieved:
     retrieval: RetrievalLabel
     degradations: list[str] = field(default_factory=list)
     embed_seconds: float = 0.0  # the query's encoding, for the answer's cost
+    top_similarity: float | None = None  # the best vector match (the router's confidence)
 
 
 async def retrieve(
@@ -93,7 +94,11 @@ async def retrieve(
         keyword_weight=plan.keyword_weight,
     )
     return Retrieved(
-        fused=fused, retrieval=label, degradations=degradations, embed_seconds=embed_seconds
+        fused=fused,
+        retrieval=label,
+        degradations=degradations,
+        embed_seconds=embed_seconds,
+        top_similarity=max((h.score for h in dense_hits), default=None),
     )
 
 

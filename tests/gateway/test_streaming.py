@@ -145,6 +145,14 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
         assert response.headers["X-Request-ID"] == request_id
         events = [(event, data) async for event, data in sse(response)]
         exposition = (await http.get("/metrics")).text
+        # The access line and its exemplar are written just after the stream's last byte.
+        for _ in range(50):
+            openmetrics = (
+                await http.get("/metrics", headers={"Accept": "application/openmetrics-text"})
+            ).text
+            if f'trace_id="{request_id}"' in openmetrics:
+                break
+            await asyncio.sleep(0.05)
     kinds = [event for event, _ in events]
     assert kinds[0] == "start" and kinds[-1] == "answer", kinds
     assert json.loads(events[0][1]) == {"trace_id": f"answer-{request_id}"}
@@ -180,6 +188,10 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
         'durable_rag_engine_seconds_total{model="',
     ):
         assert family in exposition, family
+    # Trace ids ride as exemplars (OpenMetrics) of the latency series, never as labels.
+    assert f'# {{trace_id="{request_id}"}}' in openmetrics
+    assert f'# {{trace_id="answer-{request_id}"}}' in openmetrics
+    assert request_id not in exposition
 
     # The exact prompt and output are kept apart, in transcripts, and never logged at INFO.
     messages, output = module_database.rows(

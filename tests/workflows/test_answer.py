@@ -18,7 +18,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from durable_rag import policies
+from durable_rag import policies, prompts
 from durable_rag.client import RagClient
 from durable_rag.embedding import Embedder
 from durable_rag.llm.engine import VllmEngine
@@ -131,6 +131,10 @@ async def test_answer_cites_the_document_it_comes_from(
     assert answer.tokens.prompt > 0 and answer.tokens.completion > 0
     assert set(answer.timings_ms) >= {"retrieve", "hydrate", "assemble", "generate", "cache"}
     assert answer.trace_id.startswith("answer-")
+    # The exact prompt version it was built from (R16).
+    template = prompts.load("answer-v1")
+    assert (answer.prompt_id, answer.prompt_hash) == ("answer-v1", template.hash)
+    assert answer.model_choice is None  # no router configured
     # What it cost, per step, in the answer and in Postgres (R26).
     assert [s.step for s in answer.cost.steps] == ["embed_query", "generate"]
     assert answer.cost.engine_seconds > 0 and answer.cost.embed_seconds > 0
@@ -147,6 +151,62 @@ async def test_answer_cites_the_document_it_comes_from(
             model,
         )
     ]
+
+
+async def test_the_router_sends_each_class_of_question_to_its_models_queue(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    """R27: two LLM workers (small and large queues, one engine behind both here); each class of
+    question must reach the expected queue, and the answer says which rule decided."""
+    small, large = f"small-{uuid.uuid4().hex[:6]}", f"large-{uuid.uuid4().hex[:6]}"
+    cases = [
+        (QUESTION, small, "simple"),
+        ("Why did the Great Fire of London spread so fast?", large, "hard_question"),
+        (
+            "My grandmother keeps asking me about this and I promised to find out properly: "
+            "which engineers actually designed the UTF-8 encoding, and in what year?",
+            large,
+            "long_question",
+        ),
+        ("Qwerty zxcvb plonk frobnicate?", large, "low_confidence"),
+    ]
+    async with answering(
+        client,
+        module_database,
+        embedder,
+        engine,
+        ingested,
+        llm_queue_name=small,
+        router_small_model=small,
+        router_large_model=large,
+        router_max_simple_words=16,
+        router_min_confidence=0.3,
+    ) as (stack, rag, _):
+        large_worker = llm_worker.build_worker(
+            client, stack.settings, engine, task_queue=policies.llm_queue(large)
+        )
+        async with large_worker:
+            answers = [
+                await rag.ask(AskRequest(tenant="t", question=q, max_answer_tokens=8, top_k=2))
+                for q, _, _ in cases
+            ]
+            requested = await rag.ask(
+                AskRequest(tenant="t", question=QUESTION, max_answer_tokens=8, model=large)
+            )
+            await save_history(client, answers[1].trace_id, "answer-routed")
+    for answer, (question, model, rule) in zip(answers, cases, strict=True):
+        assert answer.model_choice is not None
+        assert (answer.model, answer.model_choice.rule) == (model, rule), (
+            question,
+            answer.model_choice.reason,
+        )
+        assert answer.route == "primary" and answer.model_choice.reason
+    assert requested.model == large and requested.model_choice is not None
+    assert requested.model_choice.rule == "requested"
 
 
 async def test_vector_index_down_keyword_search_answers(

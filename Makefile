@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM := false
 # vLLM leaves sockets and compiled kernels in these; keep them inside the checkout.
 export VLLM_CACHE_ROOT := $(CURDIR)/.data/vllm-cache
 
-.PHONY: venv demo test test-fast lint typecheck up down status bench clean
+.PHONY: venv demo test test-fast lint typecheck up down status bench eval clean
 
 venv: $(STAMP)
 
@@ -62,6 +62,9 @@ bench: venv
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/answer.py
 	$(BIN)/python bench/retrieval.py --sweep
+
+eval: venv
+	$(BIN)/durable-rag eval answers-smoke --gate
 
 clean:
 	-$(BIN)/durable-rag down

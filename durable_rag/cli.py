@@ -20,7 +20,9 @@ from durable_rag.settings import Settings
 if TYPE_CHECKING:
     from durable_rag.client import RagClient
     from schemas.answer import Answer
+    from schemas.evaluation import EvalReport
 
+BUNDLED_CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console()
 err = Console(stderr=True)
@@ -535,6 +537,96 @@ def feedback_cmd(
     except feedback.UnknownAnswer as exc:
         _usage_error(str(exc))
     console.print(f"{'replaced the vote' if replaced else 'recorded'}: {rating} on {trace_id}")
+
+
+@app.command("eval")
+def eval_cmd(
+    set_name: Annotated[str, typer.Argument(help="A set in evals/sets, e.g. answers-smoke.")],
+    gate: Annotated[
+        bool, typer.Option(help="Exit 1 when a metric drops beyond its baseline's tolerance.")
+    ] = False,
+    save_baseline: Annotated[
+        bool, typer.Option(help="Store this run's metrics as the set's baseline.")
+    ] = False,
+    tenant: Annotated[str, typer.Option(help="Tenant the corpus is ingested as.")] = "eval",
+    corpus: Annotated[
+        Path, typer.Option(help="Documents the set's cases are about.")
+    ] = BUNDLED_CORPUS,
+    concurrency: Annotated[int, typer.Option(min=1, max=64)] = 4,
+) -> None:
+    """Evaluate the answer flow on a case set (R25): retrieval recall@k, MRR, nDCG@10, citation
+    precision, fact coverage, refusal accuracy, latency. The report goes to Postgres and to a
+    Markdown file under the data directory."""
+    from evals import answers
+
+    try:
+        cases = answers.load_set(set_name)
+        baseline = answers.load_baseline(set_name) if gate else None
+    except ValueError as exc:
+        _usage_error(str(exc))
+    if not corpus.is_dir():
+        _usage_error(f"no corpus folder {corpus}")
+    settings = _settings()
+
+    async def run() -> EvalReport:
+        rag = await _connect(settings)
+        ingested = await rag.ingest([str(corpus)], tenant=tenant)
+        if ingested.failures:
+            _fail(f"{len(ingested.failures)} corpus document(s) failed to ingest")
+        return await rag.evaluate(set_name, cases, tenant, concurrency)
+
+    report = asyncio.run(run())
+    regressions = answers.compare(report.metrics, baseline) if baseline else None
+    path = settings.data_dir / "evals" / f"{report.workflow_id}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(answers.markdown(report, regressions))
+    for name, value in report.metrics.model_dump().items():
+        console.print(f"{name:<20} {value}")
+    console.print(f"report: {path}  (run {_ui_link(settings, report.workflow_id)})")
+    if save_baseline:
+        console.print(f"baseline saved: {answers.save_baseline(set_name, report.metrics)}")
+    if regressions:
+        for regression in regressions:
+            err.print(f"[red]gate:[/red] {regression}")
+        raise typer.Exit(1)
+    if regressions is not None:
+        console.print("gate: pass")
+
+
+shadow_app = typer.Typer(
+    help="Shadow mode: a candidate configuration on sampled live requests (R28).",
+    no_args_is_help=True,
+)
+app.add_typer(shadow_app, name="shadow")
+
+
+@shadow_app.command("report")
+def shadow_report(
+    days: Annotated[float, typer.Option(min=0.01, max=3_650, help="How far back.")] = 7,
+) -> None:
+    """Candidate against live: agreement, citation overlap, latency and cost per answer."""
+    from activities import costs
+
+    settings = _settings()
+    with _key_sessions(settings)() as session:
+        report = costs.shadow_report(session, costs.since_days(days))
+    if not report:
+        console.print(
+            f"no shadow runs in the last {days:g} day(s): set DURABLE_RAG_SHADOW_SAMPLE_RATE "
+            "and DURABLE_RAG_SHADOW_MODEL (or _SHADOW_PROMPT)"
+        )
+        return
+    console.print(
+        f"{'candidate':<36} {'pairs':>6} {'agree':>6} {'similar':>8} {'cites':>6} "
+        f"{'p50 ms live/cand':>18} {'engine s live/cand':>20}"
+    )
+    for row in report:
+        console.print(
+            f"{row.candidate:<36} {row.pairs:>6} {row.agreement:>6.0%} "
+            f"{row.answer_similarity:>8.2f} {row.citation_overlap:>6.2f} "
+            f"{row.live_p50_ms:>8.0f} / {row.candidate_p50_ms:<7.0f} "
+            f"{row.live_engine_seconds:>9.3f} / {row.candidate_engine_seconds:<8.3f}"
+        )
 
 
 models_app = typer.Typer(

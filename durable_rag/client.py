@@ -34,6 +34,7 @@ from schemas.answer import (
     AskRequest,
     ConversationWindow,
     RoutingPlan,
+    ShadowPlan,
 )
 from schemas.conversation import (
     ChatReply,
@@ -45,6 +46,7 @@ from schemas.conversation import (
     WindowPlan,
 )
 from schemas.documents import DocumentDeleted, DocumentRef
+from schemas.evaluation import EvalCase, EvalInput, EvalReport
 from schemas.gateway import DocumentAccepted
 from schemas.ingest import IngestProgress, IngestRequest, IngestResult, IngestWorkflowInput
 from schemas.maintenance import CompactionInput, CompactionReport
@@ -61,6 +63,7 @@ from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow, conversation_workflow_id
 from workflows.delete_document import DeleteDocumentWorkflow, delete_workflow_id
+from workflows.evaluation import EvaluationWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.rebuild import RebuildIndexWorkflow, rebuild_workflow_id
 from workflows.search import SearchWorkflow
@@ -233,6 +236,35 @@ class RagClient:
             static_summary=f"delete document {document_id} of tenant {ref.tenant}",
         )
 
+    async def evaluate(
+        self,
+        set_name: str,
+        cases: Sequence[EvalCase],
+        tenant: str,
+        concurrency: int = 4,
+        max_answer_tokens: int = 64,
+    ) -> EvalReport:
+        """Run a case set through the real answer flow (EvaluationWorkflow) and score it."""
+        plan = self.answer_plan(
+            AskRequest(tenant=tenant, question="?", max_answer_tokens=max_answer_tokens),
+            await self.default_model(),
+        )
+        return await self.client.execute_workflow(
+            EvaluationWorkflow.run,
+            EvalInput(
+                set_name=set_name,
+                tenant=tenant,
+                cases=list(cases),
+                plan=plan,
+                max_answer_tokens=max_answer_tokens,
+                concurrency=concurrency,
+            ),
+            id=f"eval-{set_name}-{uuid.uuid4().hex[:8]}",
+            task_queue=self.settings.workflow_task_queue,
+            memo={"tenant": tenant},
+            static_summary=f"evaluate {set_name} ({len(cases)} cases)",
+        )
+
     async def compact(self, batch_size: int | None = None) -> CompactionReport:
         """Run a compaction now (the schedule runs it nightly)."""
         request = CompactionInput(
@@ -299,6 +331,15 @@ class RagClient:
             static_summary=f"search: {query[:80]}",
         )
 
+    def shadowed(self, workflow_id: str) -> bool:
+        """Whether this answer is in the shadow sample: a hash of its id, so a retried start of
+        the same request decides the same way."""
+        rate = self.settings.shadow_sample_rate
+        if rate <= 0:
+            return False
+        digest = int.from_bytes(hashlib.sha256(workflow_id.encode()).digest()[:8], "big")
+        return digest / 2**64 < rate
+
     async def default_model(self) -> str:
         """The model new answers go to: the `default` alias a swap sets, else the settings'."""
         try:
@@ -353,15 +394,18 @@ class RagClient:
         """Start an answer and return its handle (cancel it to stop generation). With a
         `stream_id`, the text is published on that token stream as it is generated; `history`
         carries earlier turns of a conversation the caller keeps itself."""
+        workflow_id = f"answer-{trace_id or uuid.uuid4().hex}"
+        plan = self.answer_plan(request, await self.default_model())
+        if self.shadowed(workflow_id):
+            candidate = ShadowPlan(
+                model=self.settings.shadow_model or plan.model,
+                prompt=prompts.load(self.settings.shadow_prompt or self.settings.answer_prompt),
+            )
+            plan = plan.model_copy(update={"shadow": candidate})
         return await self.client.start_workflow(
             AnswerWorkflow.run,
-            AnswerWorkflowInput(
-                request=request,
-                plan=self.answer_plan(request, await self.default_model()),
-                history=history,
-                stream_id=stream_id,
-            ),
-            id=f"answer-{trace_id or uuid.uuid4().hex}",
+            AnswerWorkflowInput(request=request, plan=plan, history=history, stream_id=stream_id),
+            id=workflow_id,
             task_queue=self.settings.workflow_task_queue,
             memo={"tenant": request.tenant},
             static_summary=f"answer: {request.question[:80]}",

@@ -242,9 +242,43 @@ class AnswerCostRow(Base):
     embed_seconds: Mapped[float] = mapped_column(Float)
     total_ms: Mapped[float] = mapped_column(Float)
     steps: Mapped[list[dict[str, object]]] = mapped_column(JSONB)
+    cited_chunks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), index=True
     )
+
+
+class ShadowRun(Base):
+    """A candidate configuration's answer to a live request (R28), keyed by the live trace id;
+    `durable-rag shadow report` compares it with the live answer's cost row and transcript."""
+
+    __tablename__ = "shadow_runs"
+
+    live_trace_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(256))
+    tenant: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(128))
+    prompt_id: Mapped[str] = mapped_column(String(64))
+    answer: Mapped[str] = mapped_column(Text)
+    cited_chunks: Mapped[list[str]] = mapped_column(JSONB)
+    total_ms: Mapped[float] = mapped_column(Float)
+    engine_seconds: Mapped[float] = mapped_column(Float)
+    route: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), index=True
+    )
+
+
+class EvalReportRow(Base):
+    """One evaluation run of a case set: its metrics and every case's outcome (R25)."""
+
+    __tablename__ = "eval_reports"
+
+    workflow_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    set_name: Mapped[str] = mapped_column(String(64), index=True)
+    metrics: Mapped[dict[str, object]] = mapped_column(JSONB)
+    outcomes: Mapped[list[dict[str, object]]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class FeedbackRow(Base):

@@ -262,6 +262,22 @@ DECLARED: dict[str, ActivityPolicy] = {
         fallback=Fallback.SKIP,
         expected_latency="~5 ms",
     ),
+    "record_shadow": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        local=True,
+        start_to_close=timedelta(seconds=5),
+        retry=_retry(initial=0.2, maximum=2, attempts=3),
+        fallback=Fallback.SKIP,
+        expected_latency="~5 ms",
+    ),
+    "store_eval_report": ActivityPolicy(
+        queue=Queue.WORKFLOW,
+        local=True,
+        start_to_close=timedelta(seconds=10),
+        retry=_retry(initial=0.2, maximum=2, attempts=5),
+        fallback=Fallback.FAIL_FLOW,
+        expected_latency="~10 ms",
+    ),
     # --- delete -------------------------------------------------------------------------------
     "tombstone_document": ActivityPolicy(
         queue=Queue.WORKFLOW,

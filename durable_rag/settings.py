@@ -271,6 +271,20 @@ class Settings(BaseSettings):
         description="Prompt template version (durable_rag/prompts/<id>.toml); every answer "
         "records it and the file's hash.",
     )
+    shadow_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of a candidate model that sampled requests also run, in a "
+        "shadow child that never changes or delays the answer (R28); empty: the live model.",
+    )
+    shadow_prompt: str = Field(
+        default="",
+        pattern=r"^([a-z0-9][a-z0-9._-]{0,63})?$",
+        description="Candidate prompt template for shadow runs; empty: the live one.",
+    )
+    shadow_sample_rate: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Share of answers shadowed; 0: none."
+    )
     router_small_model: str = Field(
         default="",
         pattern=r"^[a-z0-9._-]{0,64}$",
@@ -436,6 +450,10 @@ class Settings(BaseSettings):
         if bool(self.router_small_model) != bool(self.router_large_model):
             raise ValueError("set both router_small_model and router_large_model, or neither")
         prompts.load(self.answer_prompt)  # an unknown or broken template fails here, named
+        if self.shadow_prompt:
+            prompts.load(self.shadow_prompt)
+        if self.shadow_sample_rate and not (self.shadow_model or self.shadow_prompt):
+            raise ValueError("shadow_sample_rate needs a candidate: shadow_model or shadow_prompt")
         if self.conversation_history_tokens >= self.llm_max_model_len // 2:
             raise ValueError(
                 "conversation_history_tokens must be under half of llm_max_model_len, so the "

@@ -71,6 +71,13 @@ class RoutingPlan(Contract):
     min_confidence: float = Field(default=0.3, ge=-1.0, le=1.0)
 
 
+class ShadowPlan(Contract):
+    """The candidate configuration a sampled request also runs, in a shadow child (R28)."""
+
+    model: ModelName
+    prompt: PromptTemplate
+
+
 class AnswerPlan(Contract):
     """What the caller's settings decide for one answer; the workflow reads no settings."""
 
@@ -90,6 +97,15 @@ class AnswerPlan(Contract):
     prompt: PromptTemplate | None = None
     routing: RoutingPlan | None = Field(
         default=None, description="Route between a small and a large model; none: `model`."
+    )
+    shadow: ShadowPlan | None = Field(
+        default=None, description="Also run this candidate in a shadow child (sampled request)."
+    )
+    shadow_of: str = Field(
+        default="",
+        max_length=256,
+        description="Set in a shadow run: the live trace id. It records a shadow row instead of "
+        "a cost row, caches nothing and starts no shadow of its own.",
     )
 
 
@@ -138,6 +154,7 @@ class ContextPassage(Contract):
     number: int
     chunk_id: uuid.UUID
     score: float
+    source: str = Field(default="", description="The document it comes from.")
 
 
 class TokenCounts(Contract):
@@ -269,3 +286,17 @@ class RecordCostInput(Contract):
     # The exact prompt and output, for the transcripts table; empty: keep none.
     messages: list[ChatMessage] = Field(default_factory=list)
     output: str = ""
+    cited_chunks: list[uuid.UUID] = Field(default_factory=list)
+
+
+class RecordShadowInput(Contract):
+    live_trace_id: str = Field(max_length=256)
+    trace_id: str = Field(max_length=256)
+    tenant: TenantId
+    model: str
+    prompt_id: str
+    answer: str
+    cited_chunks: list[uuid.UUID]
+    total_ms: float
+    engine_seconds: float
+    route: str

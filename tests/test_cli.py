@@ -30,6 +30,8 @@ runner = CliRunner()
         (["models", "swap", "Not A Model"], "not a served model name"),
         (["models", "swap", "m", "--ready-timeout", "0"], "ready-timeout"),
         (["feedback", "answer-x", "sideways"], "rating must be 'up' or 'down'"),
+        (["eval", "no-such-set"], "no evaluation set 'no-such-set'"),
+        (["eval", "answers-smoke", "--corpus", "/definitely/not/here"], "no corpus folder"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None:

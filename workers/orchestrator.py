@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 from activities.answer_cache import AnswerCacheActivities
 from activities.costs import CostActivities
 from activities.documents import DocumentActivities
+from activities.evaluation import EvaluationActivities
 from activities.history import HistoryActivities
 from durable_rag import policies
 from durable_rag.db import make_sessionmaker
@@ -30,6 +31,7 @@ from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow
 from workflows.delete_document import DeleteDocumentWorkflow
+from workflows.evaluation import EvaluationWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.rebuild import RebuildIndexWorkflow
 from workflows.search import SearchWorkflow
@@ -42,6 +44,7 @@ WORKFLOWS = [
     DeleteDocumentWorkflow,
     CompactionWorkflow,
     RebuildIndexWorkflow,
+    EvaluationWorkflow,
 ]
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,7 @@ def build_worker(
     cache = AnswerCacheActivities(sessions)
     costs = CostActivities(sessions)
     history = HistoryActivities(sessions)
+    evaluation = EvaluationActivities(sessions)
     return Worker(
         client,
         task_queue=task_queue or settings.workflow_task_queue,
@@ -84,12 +88,14 @@ def build_worker(
             documents.keyword_search,
             cache.lookup_cached_answer,
             costs.purge_transcripts,
+            costs.record_shadow,
             cache.store_answer,
             costs.record_cost,
             history.load_conversation,
             history.append_turn,
             history.save_summary,
             history.delete_conversation,
+            evaluation.store_eval_report,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.worker_max_concurrent_activities,

@@ -16,8 +16,10 @@ Bad input (a question that cannot fit the model) fails at once with a typed, non
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -52,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         GenerateOutput,
         ModelChoice,
         RecordCostInput,
+        RecordShadowInput,
         RerankInput,
         RewriteInput,
         StepCost,
@@ -98,6 +101,7 @@ class AnswerWorkflow:
     async def run(self, wf_input: AnswerWorkflowInput) -> Answer:
         request, plan = wf_input.request, wf_input.plan
         trace_id = workflow.info().workflow_id
+        shadow = self._start_shadow(wf_input, trace_id) if plan.shadow is not None else None
         timings: dict[str, float] = {}
         degradations: list[str] = []
         clock = workflow.time()
@@ -282,8 +286,30 @@ class AnswerWorkflow:
             embed_seconds=round(sum(s.seconds for s in steps if s.step == "embed_query"), 4),
             steps=steps,
         )
+        if plan.shadow_of:
+            await best_effort(
+                call(
+                    CostActivities.record_shadow,
+                    RecordShadowInput(
+                        live_trace_id=plan.shadow_of,
+                        trace_id=trace_id,
+                        tenant=request.tenant,
+                        model=model or "-",
+                        prompt_id=template.id if template else "builtin",
+                        answer=text,
+                        cited_chunks=[c.chunk_id for c in citations],
+                        total_ms=round(sum(timings.values()), 1),
+                        engine_seconds=cost.engine_seconds,
+                        route=route,
+                    ),
+                    summary="record the candidate's answer beside the live one",
+                ),
+                degradations,
+                "shadow_not_recorded",
+                "shadow answer not recorded",
+            )
         # Runs recorded before cost rows existed replay without this step.
-        if workflow.patched("answer-cost-row"):
+        elif workflow.patched("answer-cost-row"):
             kept_transcript = generated is not None and plan.keep_transcript
             await self._record_cost(
                 request,
@@ -295,8 +321,15 @@ class AnswerWorkflow:
                 degradations,
                 messages if kept_transcript else [],
                 text if kept_transcript else "",
+                [c.chunk_id for c in citations],
             )
-        record_steps(timings)
+        if not plan.shadow_of:  # a candidate's steps are not the service's
+            record_steps(timings)
+        if shadow is not None:
+            try:
+                await shadow  # started long ago: this does not wait
+            except Exception as err:
+                workflow.logger.warning("shadow run not started: %s", err)
         workflow.logger.info(
             "answered via %s with %d citation(s), %d degradation(s), in %.0f ms",
             route,
@@ -316,7 +349,12 @@ class AnswerWorkflow:
             retrieval=found.retrieval,
             reranked=reranked,
             context=[
-                ContextPassage(number=n, chunk_id=by_id[key].chunk_id, score=by_id[key].score)
+                ContextPassage(
+                    number=n,
+                    chunk_id=by_id[key].chunk_id,
+                    score=by_id[key].score,
+                    source=by_id[key].source,
+                )
                 for n, (key, _) in enumerate(kept, start=1)
             ],
             degradations=degradations,
@@ -329,6 +367,34 @@ class AnswerWorkflow:
             prompt_id=template.id if template else "builtin",
             prompt_hash=template.hash if template else "",
             model_choice=choice,
+        )
+
+    def _start_shadow(self, wf_input: AnswerWorkflowInput, trace_id: str) -> asyncio.Future[Any]:
+        """Start the candidate configuration on the same request, as a child abandoned when this
+        run closes: it runs beside this answer and never delays or changes it (R28)."""
+        plan = wf_input.plan
+        assert plan.shadow is not None
+        candidate = plan.model_copy(
+            update={
+                "model": plan.shadow.model,
+                "prompt": plan.shadow.prompt,
+                "shadow": None,
+                "shadow_of": trace_id,
+                "routing": None,
+                "fallback_model": "",
+                "cache_answers": False,
+                "keep_transcript": False,
+            }
+        )
+        return asyncio.ensure_future(
+            workflow.start_child_workflow(
+                AnswerWorkflow.run,
+                wf_input.model_copy(update={"plan": candidate, "stream_id": ""}),
+                id=f"shadow-{trace_id}",
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                memo={"tenant": wf_input.request.tenant},
+                static_summary=f"shadow: {candidate.model} with {plan.shadow.prompt.id}",
+            )
         )
 
     async def _llm_rewrite(
@@ -374,6 +440,7 @@ class AnswerWorkflow:
         degradations: list[str],
         messages: list[ChatMessage],
         output: str,
+        cited_chunks: list[uuid.UUID],
     ) -> None:
         await best_effort(
             call(
@@ -388,6 +455,7 @@ class AnswerWorkflow:
                     degraded=bool(degradations),
                     messages=messages,
                     output=output,
+                    cited_chunks=cited_chunks,
                 ),
                 summary="record what this answer cost",
             ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -9,7 +11,7 @@ from activities import costs
 from activities.costs import CostActivities
 from durable_rag import feedback
 from durable_rag.cli import app
-from schemas.answer import AnswerCost, ChatMessage, RecordCostInput, StepCost
+from schemas.answer import AnswerCost, ChatMessage, RecordCostInput, RecordShadowInput, StepCost
 from schemas.maintenance import CompactionInput
 from tests.conftest import Database
 
@@ -133,3 +135,55 @@ def test_transcripts_are_kept_with_the_cost_row_and_purged_after_their_retention
             [{"role": "user", "content": "question of answer-new"}],
         )
     ]
+
+
+def test_the_shadow_report_compares_candidate_and_live_answers(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    activities = CostActivities(database.sessions)
+    a, b = uuid.uuid4(), uuid.uuid4()
+    pairs = [
+        # live answer, live citations, candidate answer, candidate citations
+        (
+            "answer-1",
+            "Ken Thompson designed UTF-8 [1]",
+            [a],
+            "Ken Thompson designed UTF-8 [1]",
+            [a],
+        ),
+        ("answer-2", "It began in a bakery [1]", [b], "I don't know", []),
+    ]
+    for trace, live_text, live_cites, cand_text, cand_cites in pairs:
+        activities.record_cost(
+            answer_cost(trace, "acme", "small", 1.0).model_copy(
+                update={
+                    "messages": [ChatMessage(role="user", content="q")],
+                    "output": live_text,
+                    "cited_chunks": live_cites,
+                }
+            )
+        )
+        activities.record_shadow(
+            RecordShadowInput(
+                live_trace_id=trace,
+                trace_id=f"shadow-{trace}",
+                tenant="acme",
+                model="large",
+                prompt_id="answer-v2",
+                answer=cand_text,
+                cited_chunks=cand_cites,
+                total_ms=3000.0,
+                engine_seconds=2.5,
+                route="primary",
+            )
+        )
+    with database.sessions() as session:
+        (row,) = costs.shadow_report(session, costs.since_days(1))
+    assert (row.candidate, row.pairs, row.agreement) == ("large / answer-v2", 2, 0.5)
+    assert row.citation_overlap == pytest.approx(0.5)  # one identical pair, one disjoint
+    assert row.live_p50_ms == pytest.approx(1040.0) and row.candidate_p50_ms == 3000.0
+    assert (row.live_engine_seconds, row.candidate_engine_seconds) == (1.0, 2.5)
+
+    monkeypatch.setenv("DURABLE_RAG_DATABASE_URL", database.url)
+    printed = CliRunner().invoke(app, ["shadow", "report"])
+    assert printed.exit_code == 0 and "large / answer-v2" in printed.output, printed.output

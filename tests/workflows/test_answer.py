@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
+from activities import costs
 from durable_rag import policies, prompts
 from durable_rag.client import RagClient
 from durable_rag.embedding import Embedder
@@ -207,6 +208,62 @@ async def test_the_router_sends_each_class_of_question_to_its_models_queue(
         assert answer.route == "primary" and answer.model_choice.reason
     assert requested.model == large and requested.model_choice is not None
     assert requested.model_choice.rule == "requested"
+
+
+async def test_a_shadow_run_never_changes_the_answer_and_both_outputs_are_recorded(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    """R28: the same question with shadow off and on gets the same answer; the live answer
+    returns while the candidate still waits for a worker (nothing waits on it); then the
+    candidate runs and both outputs are recorded side by side."""
+    candidate = f"cand-{uuid.uuid4().hex[:6]}"
+    request = AskRequest(tenant="t", question=QUESTION, max_answer_tokens=12, top_k=2)
+    async with answering(client, module_database, embedder, engine, ingested) as (
+        stack,
+        rag,
+        model,
+    ):
+        off = await rag.ask(request)
+        shadowing = RagClient(
+            client,
+            rag.settings.model_copy(update={"shadow_model": candidate, "shadow_sample_rate": 1.0}),
+        )
+        on = await shadowing.ask(request)
+        shadow = client.get_workflow_handle(f"shadow-{on.trace_id}", result_type=Answer)
+        assert (await shadow.describe()).status == WorkflowExecutionStatus.RUNNING
+        candidate_worker = llm_worker.build_worker(
+            client, stack.settings, engine, task_queue=policies.llm_queue(candidate)
+        )
+        async with candidate_worker:
+            shadowed = await shadow.result()
+        await save_history(client, on.trace_id, "answer-shadowed")
+        await save_history(client, shadow.id, "answer-shadow-run")
+    assert (on.answer, on.route, on.degradations) == (off.answer, "primary", [])
+    assert [c.chunk_id for c in on.citations] == [c.chunk_id for c in off.citations]
+    assert on.model == model and shadowed.model == candidate and shadowed.route == "primary"
+    assert module_database.rows(
+        "SELECT model, answer, prompt_id, route FROM shadow_runs WHERE live_trace_id = %s",
+        on.trace_id,
+    ) == [(candidate, shadowed.answer, "answer-v1", "primary")]
+    # The live answer's record is the live one; the candidate wrote no cost row of its own.
+    assert module_database.rows(
+        "SELECT model FROM answer_costs WHERE trace_id = ANY(%s)", [on.trace_id, shadowed.trace_id]
+    ) == [(model,)]
+    assert (
+        module_database.scalar(
+            "SELECT count(*) FROM shadow_runs WHERE live_trace_id = %s", off.trace_id
+        )
+        == 0
+    )
+    with module_database.sessions() as session:
+        (row,) = [
+            r for r in costs.shadow_report(session, costs.since_days(1)) if candidate in r.candidate
+        ]
+    assert row.pairs == 1 and 0 <= row.answer_similarity <= 1 and row.candidate_p50_ms > 0
 
 
 async def test_vector_index_down_keyword_search_answers(

@@ -77,7 +77,9 @@ async def save_history(client: Client, workflow_id: str, name: str) -> None:
         return
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     HISTORIES.mkdir(exist_ok=True)
-    (HISTORIES / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
+    # The workflow id too: a flow that names children after itself replays only under its own id.
+    recorded = {"workflowId": workflow_id, **json.loads(history.to_json())}
+    (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1))
 
 
 async def test_ingest_corpus_is_complete_idempotent_and_versioned(

@@ -32,6 +32,7 @@ def test_every_workflow_has_a_recorded_history() -> None:
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path: Path) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    recorded = json.loads(path.read_text())
+    history = WorkflowHistory.from_json(recorded.pop("workflowId", path.stem), recorded)
     replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)

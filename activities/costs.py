@@ -179,7 +179,9 @@ def shadow_report(session: Session, since: datetime) -> list[ShadowComparison]:
     ).all()
     groups: dict[str, list[tuple[ShadowRun, AnswerCostRow, str | None]]] = {}
     for shadow, live, output in rows:
-        groups.setdefault(f"{shadow.model} / {shadow.prompt_id}", []).append((shadow, live, output))
+        groups.setdefault(f"{shadow.model} / {shadow.prompt_id} / {shadow.retrieval}", []).append(
+            (shadow, live, output)
+        )
     report = []
     for candidate, pairs in sorted(groups.items()):
         similarities = [

@@ -84,7 +84,7 @@ def down() -> None:
 
 @app.command()
 def status() -> None:
-    """Show which parts of the embedded stack run. Exit 1 if any is down."""
+    """Show which parts of the embedded stack run. Exit 1 if any that was started is down."""
     from durable_rag.stack import EmbeddedStack, StackError
 
     try:
@@ -93,9 +93,15 @@ def status() -> None:
         _fail(str(exc))
     parts = stack.status()
     for part in parts:
-        state = "[green]running[/green]" if part.running else "[red]stopped[/red]"
+        state = (
+            "[green]running[/green]"
+            if part.running
+            else "[red]stopped[/red]"
+            if part.required
+            else "not started"
+        )
         console.print(f"{part.name:22} {state:>20}  pid {part.pid or '-':>7}  {part.detail}")
-    if all(p.running for p in parts):
+    if all(p.running or not p.required for p in parts):
         for line in stack.urls():
             console.print(line)
     else:

@@ -397,9 +397,20 @@ class RagClient:
         workflow_id = f"answer-{trace_id or uuid.uuid4().hex}"
         plan = self.answer_plan(request, await self.default_model())
         if self.shadowed(workflow_id):
+            s = self.settings
+            retrieval = plan.retrieval.model_copy(
+                update={
+                    "mode": s.shadow_retrieval_mode or plan.retrieval.mode,
+                    "candidates": max(
+                        s.shadow_retrieval_candidates or plan.retrieval.candidates, request.top_k
+                    ),
+                    "fusion_method": s.shadow_fusion_method or plan.retrieval.fusion_method,
+                }
+            )
             candidate = ShadowPlan(
-                model=self.settings.shadow_model or plan.model,
-                prompt=prompts.load(self.settings.shadow_prompt or self.settings.answer_prompt),
+                model=s.shadow_model or plan.model,
+                prompt=prompts.load(s.shadow_prompt or s.answer_prompt),
+                retrieval=retrieval if retrieval != plan.retrieval else None,
             )
             plan = plan.model_copy(update={"shadow": candidate})
         return await self.client.start_workflow(

@@ -259,6 +259,7 @@ class ShadowRun(Base):
     tenant: Mapped[str] = mapped_column(String(64))
     model: Mapped[str] = mapped_column(String(128))
     prompt_id: Mapped[str] = mapped_column(String(64))
+    retrieval: Mapped[str] = mapped_column(String(16))
     answer: Mapped[str] = mapped_column(Text)
     cited_chunks: Mapped[list[str]] = mapped_column(JSONB)
     total_ms: Mapped[float] = mapped_column(Float)

@@ -282,6 +282,15 @@ class Settings(BaseSettings):
         pattern=r"^([a-z0-9][a-z0-9._-]{0,63})?$",
         description="Candidate prompt template for shadow runs; empty: the live one.",
     )
+    shadow_retrieval_mode: Literal["", "hybrid", "dense", "keyword"] = Field(
+        default="", description="Candidate retrieval mode for shadow runs; empty: the live one."
+    )
+    shadow_retrieval_candidates: int = Field(
+        default=0, ge=0, le=200, description="Candidate hits per retriever; 0: the live number."
+    )
+    shadow_fusion_method: Literal["", "zscore", "rrf"] = Field(
+        default="", description="Candidate fusion for shadow runs; empty: the live one."
+    )
     shadow_sample_rate: float = Field(
         default=0.0, ge=0.0, le=1.0, description="Share of answers shadowed; 0: none."
     )
@@ -452,8 +461,18 @@ class Settings(BaseSettings):
         prompts.load(self.answer_prompt)  # an unknown or broken template fails here, named
         if self.shadow_prompt:
             prompts.load(self.shadow_prompt)
-        if self.shadow_sample_rate and not (self.shadow_model or self.shadow_prompt):
-            raise ValueError("shadow_sample_rate needs a candidate: shadow_model or shadow_prompt")
+        candidate = (
+            self.shadow_model,
+            self.shadow_prompt,
+            self.shadow_retrieval_mode,
+            self.shadow_retrieval_candidates,
+            self.shadow_fusion_method,
+        )
+        if self.shadow_sample_rate and not any(candidate):
+            raise ValueError(
+                "shadow_sample_rate needs a candidate: shadow_model, shadow_prompt or a "
+                "shadow_retrieval_* / shadow_fusion_method setting"
+            )
         if self.conversation_history_tokens >= self.llm_max_model_len // 2:
             raise ValueError(
                 "conversation_history_tokens must be under half of llm_max_model_len, so the "

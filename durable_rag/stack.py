@@ -473,6 +473,8 @@ class PartStatus:
     running: bool
     pid: int | None
     detail: str
+    # Workers and the gateway are required only once started (`up --no-llm`, `--no-gateway`).
+    required: bool = True
 
 
 class EmbeddedStack:
@@ -609,7 +611,13 @@ class EmbeddedStack:
         for kind in WORKER_KINDS:
             process = worker_process(self.data_dir, kind)
             parts.append(
-                PartStatus(f"worker-{kind}", process.running(), process.pid(), self.queue_for(kind))
+                PartStatus(
+                    f"worker-{kind}",
+                    process.running(),
+                    process.pid(),
+                    self.queue_for(kind),
+                    required=process.pid() is not None,
+                )
             )
         gateway = gateway_process(self.data_dir)
         parts.append(
@@ -618,6 +626,8 @@ class EmbeddedStack:
                 gateway.running(),
                 gateway.pid(),
                 f"http://127.0.0.1:{self.settings.gateway_port}",
+                # A clean stop removes the pid file: none means it was not started.
+                required=gateway.pid() is not None,
             )
         )
         return parts

@@ -76,6 +76,7 @@ class ShadowPlan(Contract):
 
     model: ModelName
     prompt: PromptTemplate
+    retrieval: RetrievalPlan | None = Field(default=None, description="None: the live one.")
 
 
 class AnswerPlan(Contract):
@@ -295,6 +296,7 @@ class RecordShadowInput(Contract):
     tenant: TenantId
     model: str
     prompt_id: str
+    retrieval: str = ""
     answer: str
     cited_chunks: list[uuid.UUID]
     total_ms: float

@@ -55,6 +55,9 @@ def test_up_is_idempotent_and_down_stops_everything_by_pid(stack: EmbeddedStack)
 
     status = {p.name: p.running for p in stack.status()}
     assert status["temporal"] and status["postgres"]
+    # Never started (`up --no-gateway`, `--no-llm`): not required, so `status` can exit 0.
+    optional = {p.name for p in stack.status() if not p.required}
+    assert optional == {"gateway", "worker-orchestrator", "worker-index", "worker-llm"}
 
     stack.down(echo=lambda _: None)
     assert not any(pid_alive(pid) for pid in pids)
@@ -115,6 +118,8 @@ def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
         status = run("status")
         running = {line.split()[0] for line in status.stdout.splitlines() if " running " in line}
         assert running >= {"temporal", "postgres", "worker-orchestrator", "worker-index", "gateway"}
+        assert status.returncode == 0, status.stdout  # the LLM worker was not asked for
+        assert "not started" in status.stdout
         with urllib.request.urlopen(f"http://127.0.0.1:{gateway_port}/healthz") as health:
             assert health.status == 200
         docs = ROOT / "corpus" / "literature"

@@ -101,7 +101,6 @@ class AnswerWorkflow:
     async def run(self, wf_input: AnswerWorkflowInput) -> Answer:
         request, plan = wf_input.request, wf_input.plan
         trace_id = workflow.info().workflow_id
-        shadow = self._start_shadow(wf_input, trace_id) if plan.shadow is not None else None
         timings: dict[str, float] = {}
         degradations: list[str] = []
         clock = workflow.time()
@@ -121,6 +120,8 @@ class AnswerWorkflow:
                 type=policies.PROMPT_TOO_LONG,
                 non_retryable=True,
             )
+        # Before the first activity: its start is confirmed while retrieval runs.
+        shadow = self._start_shadow(wf_input, trace_id) if plan.shadow is not None else None
         steps: list[StepCost] = []
         if plan.rewrite_model:
             query = await self._llm_rewrite(request, plan.rewrite_model, query, degradations, steps)
@@ -296,6 +297,7 @@ class AnswerWorkflow:
                         tenant=request.tenant,
                         model=model or "-",
                         prompt_id=template.id if template else "builtin",
+                        retrieval=plan.retrieval.mode,
                         answer=text,
                         cited_chunks=[c.chunk_id for c in citations],
                         total_ms=round(sum(timings.values()), 1),
@@ -378,6 +380,7 @@ class AnswerWorkflow:
             update={
                 "model": plan.shadow.model,
                 "prompt": plan.shadow.prompt,
+                "retrieval": plan.shadow.retrieval or plan.retrieval,
                 "shadow": None,
                 "shadow_of": trace_id,
                 "routing": None,

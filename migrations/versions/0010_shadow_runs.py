@@ -35,6 +35,7 @@ def upgrade() -> None:
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("model", sa.String(length=128), nullable=False),
         sa.Column("prompt_id", sa.String(length=64), nullable=False),
+        sa.Column("retrieval", sa.String(length=16), nullable=False),
         sa.Column("answer", sa.Text(), nullable=False),
         sa.Column("cited_chunks", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
         sa.Column("total_ms", sa.Float(), nullable=False),

@@ -170,6 +170,7 @@ def test_the_shadow_report_compares_candidate_and_live_answers(
                 tenant="acme",
                 model="large",
                 prompt_id="answer-v2",
+                retrieval="dense",
                 answer=cand_text,
                 cited_chunks=cand_cites,
                 total_ms=3000.0,
@@ -179,11 +180,11 @@ def test_the_shadow_report_compares_candidate_and_live_answers(
         )
     with database.sessions() as session:
         (row,) = costs.shadow_report(session, costs.since_days(1))
-    assert (row.candidate, row.pairs, row.agreement) == ("large / answer-v2", 2, 0.5)
+    assert (row.candidate, row.pairs, row.agreement) == ("large / answer-v2 / dense", 2, 0.5)
     assert row.citation_overlap == pytest.approx(0.5)  # one identical pair, one disjoint
     assert row.live_p50_ms == pytest.approx(1040.0) and row.candidate_p50_ms == 3000.0
     assert (row.live_engine_seconds, row.candidate_engine_seconds) == (1.0, 2.5)
 
     monkeypatch.setenv("DURABLE_RAG_DATABASE_URL", database.url)
     printed = CliRunner().invoke(app, ["shadow", "report"])
-    assert printed.exit_code == 0 and "large / answer-v2" in printed.output, printed.output
+    assert printed.exit_code == 0 and "large / answer-v2 / dense" in printed.output, printed.output

@@ -230,7 +230,13 @@ async def test_a_shadow_run_never_changes_the_answer_and_both_outputs_are_record
         off = await rag.ask(request)
         shadowing = RagClient(
             client,
-            rag.settings.model_copy(update={"shadow_model": candidate, "shadow_sample_rate": 1.0}),
+            rag.settings.model_copy(
+                update={
+                    "shadow_model": candidate,
+                    "shadow_retrieval_mode": "keyword",
+                    "shadow_sample_rate": 1.0,
+                }
+            ),
         )
         on = await shadowing.ask(request)
         shadow = client.get_workflow_handle(f"shadow-{on.trace_id}", result_type=Answer)
@@ -246,9 +252,11 @@ async def test_a_shadow_run_never_changes_the_answer_and_both_outputs_are_record
     assert [c.chunk_id for c in on.citations] == [c.chunk_id for c in off.citations]
     assert on.model == model and shadowed.model == candidate and shadowed.route == "primary"
     assert module_database.rows(
-        "SELECT model, answer, prompt_id, route FROM shadow_runs WHERE live_trace_id = %s",
+        "SELECT model, answer, prompt_id, retrieval, route FROM shadow_runs "
+        "WHERE live_trace_id = %s",
         on.trace_id,
-    ) == [(candidate, shadowed.answer, "answer-v1", "primary")]
+    ) == [(candidate, shadowed.answer, "answer-v1", "keyword", "primary")]
+    assert shadowed.retrieval == "keyword_only" and on.retrieval == "hybrid"
     # The live answer's record is the live one; the candidate wrote no cost row of its own.
     assert module_database.rows(
         "SELECT model FROM answer_costs WHERE trace_id = ANY(%s)", [on.trace_id, shadowed.trace_id]

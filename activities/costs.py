@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from statistics import median
 
 from sqlalchemy import Date, cast, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
@@ -162,14 +163,6 @@ def jaccard(a: set[str], b: set[str]) -> float:
     return 1.0 if not a and not b else len(a & b) / len(a | b)
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def shadow_report(session: Session, since: datetime) -> list[ShadowComparison]:
     rows = session.execute(
         select(ShadowRun, AnswerCostRow, TranscriptRow.output)
@@ -201,8 +194,8 @@ def shadow_report(session: Session, since: datetime) -> list[ShadowComparison]:
                     jaccard(set(s.cited_chunks), set(live.cited_chunks)) for s, live, _ in pairs
                 )
                 / len(pairs),
-                live_p50_ms=_median([live.total_ms for _, live, _ in pairs]),
-                candidate_p50_ms=_median([s.total_ms for s, _, _ in pairs]),
+                live_p50_ms=median([live.total_ms for _, live, _ in pairs]),
+                candidate_p50_ms=median([s.total_ms for s, _, _ in pairs]),
                 live_engine_seconds=sum(live.engine_seconds for _, live, _ in pairs) / len(pairs),
                 candidate_engine_seconds=sum(s.engine_seconds for s, _, _ in pairs) / len(pairs),
             )

@@ -8,7 +8,6 @@ computed here (pure, `evals/answers.py`); the report is stored by a local activi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 
 from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
@@ -63,8 +62,9 @@ class EvaluationWorkflow:
                 case_id=case.id,
                 kind=case.kind,
                 trace_id=answer.trace_id,
-                retrieved=_unique(document(p.source) for p in answer.context),
-                cited=_unique(document(c.source) for c in answer.citations),
+                # dict.fromkeys: no repeats, first occurrence (best rank) first.
+                retrieved=list(dict.fromkeys(document(p.source) for p in answer.context)),
+                cited=list(dict.fromkeys(document(c.source) for c in answer.citations)),
                 answer=answer.answer,
                 latency_ms=round(sum(answer.timings_ms.values()), 1),
             )
@@ -87,11 +87,3 @@ class EvaluationWorkflow:
 def document(source: str) -> str:
     """A source's file name: the label evaluation sets use."""
     return source.replace("\\", "/").rsplit("/", 1)[-1].removeprefix("upload:")
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    seen: list[str] = []
-    for item in items:
-        if item not in seen:
-            seen.append(item)
-    return seen

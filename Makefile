@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM := false
 # vLLM leaves sockets and compiled kernels in these; keep them inside the checkout.
 export VLLM_CACHE_ROOT := $(CURDIR)/.data/vllm-cache
 
-.PHONY: venv demo test test-fast lint typecheck up down status bench eval clean
+.PHONY: venv demo test test-fast lint typecheck up down status bench faults soak eval clean
 
 venv: $(STAMP)
 
@@ -58,10 +58,18 @@ down: venv
 status: venv
 	$(BIN)/durable-rag status
 
+# Every benchmark, each in its own process, composed into BENCHMARKS.md (~15 min on 2 CPUs).
 bench: venv
-	$(BIN)/python bench/ingest.py
-	$(BIN)/python bench/answer.py
-	$(BIN)/python bench/retrieval.py --sweep
+	$(BIN)/python bench/report.py
+
+# The whole fault matrix (8 faults on a stack of real processes, ~15 min); CI runs a subset.
+faults: venv
+	$(BIN)/python bench/faults.py
+
+# A 10-minute soak (DURATION=1800 for 30 minutes); CI runs a 60-second smoke.
+DURATION ?= 600
+soak: venv
+	$(BIN)/python bench/soak.py --duration $(DURATION)
 
 eval: venv
 	$(BIN)/durable-rag eval answers-smoke --gate

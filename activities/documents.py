@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -114,7 +115,9 @@ class DocumentActivities:
         failures: list[DocumentFailure] = []
         for source in request.files:
             try:
-                outcome = self._stage_one(request.tenant, source)
+                # Heartbeats while a file is parsed: a crashed worker is noticed in seconds,
+                # not at the end of the start-to-close timeout (bench/faults.py worker_sigkill).
+                outcome = beating(functools.partial(self._stage_one, request.tenant, source))
             except parsing.DocumentError as exc:
                 failures.append(DocumentFailure(source=source, kind=exc.kind, message=exc.message))
                 DOCUMENTS_INGESTED.labels("failed").inc()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 from temporalio.exceptions import ApplicationError
 
 from durable_rag.index import IndexConfigError, IndexUnavailableError
@@ -17,4 +19,8 @@ def index_error(exc: Exception) -> ApplicationError:
         return ApplicationError(str(exc), type=INDEX_CONFIG, non_retryable=True)
     if isinstance(exc, IndexUnavailableError):
         return ApplicationError(str(exc), type="IndexUnavailable")
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        # Retryable: freeing space (or compaction) lets the same write succeed; nothing was
+        # committed in Postgres for it, so readers keep the previous version meanwhile.
+        return ApplicationError(f"the index path is full: {exc}", type="IndexDiskFull")
     return ApplicationError(f"{type(exc).__name__}: {exc}", type="IndexError")

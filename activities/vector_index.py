@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import index_error
 from activities.heartbeat import beating
-from durable_rag import policies
+from durable_rag import failpoints, policies
 from durable_rag.db import Chunk, Document, GenerationStatus, IndexGeneration, dead_chunk
 from durable_rag.embedding import Embedder
 from durable_rag.index import IndexFilter, IndexPoint, VectorIndex
@@ -128,6 +128,8 @@ class VectorIndexActivities:
             began = time.perf_counter()
             for index in self._writers():
                 try:
+                    failpoints.hit("index")
+                    failpoints.hit("index_write")
                     index.upsert(points)
                 except Exception as exc:
                     raise index_error(exc) from exc
@@ -413,6 +415,7 @@ class VectorIndexActivities:
         STEP_SECONDS.labels("embed_query").observe(embed_seconds)
         where = IndexFilter(tenant=request.tenant, document_ids=tuple(request.document_ids))
         try:
+            failpoints.hit("index")
             hits = self._active().search(vector, request.limit, where)
         except Exception as exc:
             raise index_error(exc) from exc

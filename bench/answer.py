@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import statistics
@@ -61,7 +62,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def main_async(requests: int, max_tokens: int) -> None:
+async def main_async(requests: int, max_tokens: int, json_path: Path | None = None) -> None:
     async with bench_services("answer", llm_served_name=f"bench-{uuid.uuid4().hex[:6]}") as (
         work,
         settings,
@@ -185,14 +186,28 @@ async def main_async(requests: int, max_tokens: int) -> None:
           f"P99 {percentile(overhead, 0.99):.1f} ms; ratio workflow/plain at P50 "
           f"{percentile(flow_ms, 0.5) / percentile(plain_ms, 0.5):.2f} "
           f"(target: overhead <= 15 ms at P50: {'met' if p50 <= 15 else 'NOT met'})")  # fmt: skip
+    if json_path:
+        rows = [
+            {"path": name, "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99),
+             "mean_ms": statistics.fmean(v)}
+            for name, v in (("plain async function", plain_ms), ("AnswerWorkflow", flow_ms))
+        ]  # fmt: skip
+        json_path.write_text(json.dumps({
+            "name": "answer", "requests": requests, "max_tokens": max_tokens, "rows": rows,
+            "overhead_p50_ms": p50, "overhead_p99_ms": percentile(overhead, 0.99),
+            "ratio_p50": percentile(flow_ms, 0.5) / percentile(plain_ms, 0.5),
+            "steps_p50_ms": {k: percentile(v, 0.5) for k, v in steps.items()},
+            "target": "orchestration overhead <= 15 ms at P50", "met": p50 <= 15,
+        }))  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
-    asyncio.run(main_async(args.requests, args.max_tokens))
+    asyncio.run(main_async(args.requests, args.max_tokens, args.json))
 
 
 if __name__ == "__main__":

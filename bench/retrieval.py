@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
@@ -38,7 +39,7 @@ from workers.common import connect  # noqa: E402
 TENANT = "eval"
 
 
-async def main_async(set_name: str, sweep: bool) -> None:
+async def main_async(set_name: str, sweep: bool, json_path: Path | None = None) -> None:
     async with bench_services("retrieval") as (work, settings):
         embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding_batch_size)
         index = open_index(settings, embedder.dimension)
@@ -78,14 +79,31 @@ async def main_async(set_name: str, sweep: bool) -> None:
           f"{passages} passages (ingested in {ingest_s:.0f} s), packaged MiniLM, "
           "Postgres full text")  # fmt: skip
     print(table(results))
+    if json_path:
+        rows = [
+            {"retrieval": label, "hit@1": s.hit_at_1, "hit@5": s.hit_at_5, "MRR@10": s.mrr_at_10}
+            for label, s in results.items()
+        ]
+        json_path.write_text(
+            json.dumps(
+                {
+                    "name": "retrieval",
+                    "set": set_name,
+                    "questions": len(questions),
+                    "passages": passages,
+                    "rows": rows,
+                }
+            )
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", default="stdlib")
     parser.add_argument("--sweep", action="store_true", help="also try other fusion settings")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
-    asyncio.run(main_async(args.set, args.sweep))
+    asyncio.run(main_async(args.set, args.sweep, args.json))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from durable_rag import failpoints
 from durable_rag.settings import PACKAGED_MINILM
 
 # Torch's OpenMP threads spin after each parallel region by default. In a worker, other threads
@@ -77,6 +78,7 @@ class Embedder:
     def embed_passages(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
+        failpoints.hit("embedding")
         with self._lock:
             vectors = _dense(
                 self._model.encode_corpus(
@@ -87,6 +89,7 @@ class Embedder:
         return [[float(x) for x in row] for row in vectors]
 
     def embed_query(self, text: str) -> list[float]:
+        failpoints.hit("embedding")
         with self._lock:
             vectors = _dense(self._model.encode_queries([text], max_length=self.max_length))
         return [float(x) for x in vectors[0]]

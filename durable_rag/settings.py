@@ -437,6 +437,12 @@ class Settings(BaseSettings):
     metrics_port: int = Field(
         default=0, ge=0, le=65_535, description="Worker Prometheus port; 0 disables it."
     )
+    failpoints_file: Path | None = Field(
+        default=None,
+        description="Fault injection for the fault matrix (bench/faults.py): a JSON file of "
+        "failpoints the workers read while running (durable_rag/failpoints.py). Never in "
+        "production.",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -22,7 +22,7 @@ from temporalio.worker import (
     Worker,
 )
 
-from durable_rag import metrics
+from durable_rag import failpoints, metrics
 from durable_rag.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,31 @@ def temporal_runtime(bind_address: str) -> Runtime:
             )
         )
     )
+
+
+def worker_interceptors(settings: Settings) -> list[Interceptor]:
+    """Every worker's interceptors: activity metrics, and failpoints when the fault matrix
+    switches them on (DURABLE_RAG_FAILPOINTS_FILE)."""
+    failpoints.configure(settings.failpoints_file)
+    if settings.failpoints_file is None:
+        return [ActivityMetrics()]
+    return [ActivityMetrics(), Failpoints()]
+
+
+class Failpoints(Interceptor):
+    """Slows an activity down on purpose (`activity:<name>` failpoints), so that it outlives
+    its declared timeout the way a stuck dependency would."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _FailpointsInbound(next)
+
+
+class _FailpointsInbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        delay = failpoints.delay_for(activity.info().activity_type)
+        if delay:
+            await asyncio.sleep(delay)
+        return await self.next.execute_activity(input)
 
 
 class ActivityMetrics(Interceptor):

@@ -29,7 +29,7 @@ from durable_rag.index.generations import Generations
 from durable_rag.logs import setup_logging
 from durable_rag.rerank import Reranker, load_reranker
 from durable_rag.settings import Settings
-from workers.common import ActivityMetrics, connect, make_runtime, run_until_signalled
+from workers.common import connect, make_runtime, run_until_signalled, worker_interceptors
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.index_task_queue,
-        interceptors=[ActivityMetrics()],
+        interceptors=worker_interceptors(settings),
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_drain_seconds),
         activities=[
             vectors.index_documents,

@@ -25,7 +25,7 @@ from durable_rag.logs import setup_logging
 from durable_rag.metrics import LLM_RUNNING
 from durable_rag.settings import Settings
 from durable_rag.streaming import TokenPublisher
-from workers.common import ActivityMetrics, connect, make_runtime, run_until_signalled
+from workers.common import connect, make_runtime, run_until_signalled, worker_interceptors
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or policies.llm_queue(engine.model_name),
-        interceptors=[ActivityMetrics()],
+        interceptors=worker_interceptors(settings),
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_drain_seconds),
         activities=[inference.generate, inference.rewrite_query, inference.summarize],
         max_concurrent_activities=settings.llm_max_concurrent_generations,

@@ -26,7 +26,7 @@ from durable_rag.db import make_sessionmaker
 from durable_rag.embedding import load_tokenizer
 from durable_rag.logs import setup_logging
 from durable_rag.settings import Settings
-from workers.common import ActivityMetrics, connect, make_runtime, run_until_signalled
+from workers.common import connect, make_runtime, run_until_signalled, worker_interceptors
 from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow
@@ -71,7 +71,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.workflow_task_queue,
-        interceptors=[ActivityMetrics()],
+        interceptors=worker_interceptors(settings),
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_drain_seconds),
         workflows=WORKFLOWS,
         activities=[

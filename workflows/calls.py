@@ -8,6 +8,7 @@ from typing import Any, TypeVar, overload
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from durable_rag import metrics, policies
@@ -49,14 +50,29 @@ async def call(
     """
     policy = policies.policy_for(method.__name__)
     if policy.local:
-        return await workflow.execute_local_activity_method(
-            method,
-            arg,
-            start_to_close_timeout=policy.start_to_close,
-            schedule_to_close_timeout=policy.schedule_to_close,
-            retry_policy=policy.retry,
-            summary=summary,
-        )
+        try:
+            return await workflow.execute_local_activity_method(
+                method,
+                arg,
+                start_to_close_timeout=policy.start_to_close,
+                schedule_to_close_timeout=policy.schedule_to_close,
+                retry_policy=policy.retry,
+                summary=summary,
+            )
+        except (ApplicationError, ActivityTimeoutError) as err:
+            # The SDK raises a local activity's own error bare, where a remote one's comes as
+            # ActivityError. Every fallback catches ActivityError: give both the same shape, or a
+            # failed local step escapes its fallback and fails the flow (found by bench/faults.py
+            # postgres_restart: store_answer, whose fallback is to skip caching).
+            raise ActivityError(
+                f"local activity {method.__name__} failed",
+                scheduled_event_id=0,
+                started_event_id=0,
+                identity="",
+                activity_type=method.__name__,
+                activity_id="",
+                retry_state=None,
+            ) from err
     if task_queue is None:
         task_queue = policies.queue_name(policy.queue)
     return await workflow.execute_activity_method(

@@ -1,0 +1,258 @@
+"""The fault matrix: break one part of a running embedded stack during a mixed load, then prove
+that nothing was lost or duplicated and no workflow was left running.
+
+    .venv/bin/python bench/faults.py [--faults worker_sigkill,postgres_restart,...]
+                                     [--window SECONDS] [--json PATH]
+
+Every part is a real process (bench/stack.py). For each fault, in turn, on a tenant of its own:
+seed five documents; start the load (two clients asking, one ingesting a new document at a time,
+one conversation; bench/load.py); inject the fault; keep it for `--window` seconds; heal it; stop
+the load and let every request finish. Then count, from Postgres: documents the load was told
+are ingested but are not active, active documents without chunks, answered turns not stored, and
+anything stored twice; and, at the end (when the index worker has let go of the embedded index),
+chunks missing from the index and points with no active chunk behind them. Prints the table
+fault | requests | failed | degraded | lost | duplicated | left running, and exits 1 if a request
+failed or anything was lost, duplicated or left running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.load import (  # noqa: E402
+    MixedLoad,
+    latency_summary,
+    running_workflows,
+    verify_index,
+    verify_postgres,
+)
+from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
+from workers.common import connect  # noqa: E402
+
+EMBEDDING_DIMENSION = 384  # the packaged MiniLM the index worker loads
+
+
+@dataclass(frozen=True)
+class Fault:
+    what: str
+    inject: Callable[[ProcessStack], object]
+    heal: Callable[[ProcessStack], object]
+    # An outage lasts the window before it heals; a restart heals at once (what takes time is
+    # the restart itself) and the load goes on through the window.
+    outage: bool = True
+
+
+def _kill_workers(stack: ProcessStack) -> None:
+    stack.kill_worker("orchestrator")
+    stack.kill_worker("index")
+
+
+def _restart_workers(stack: ProcessStack) -> None:
+    stack.start_worker("orchestrator")
+    stack.start_worker("index")
+
+
+def _failpoint(points: dict[str, dict[str, object]]) -> Callable[[ProcessStack], None]:
+    return lambda stack: stack.set_failpoints(points)
+
+
+def _clear(stack: ProcessStack) -> None:
+    stack.set_failpoints({})
+
+
+FAULTS: dict[str, Fault] = {
+    "worker_sigkill": Fault(
+        "orchestrator and index workers SIGKILLed, then started again",
+        _kill_workers,
+        _restart_workers,
+        outage=False,
+    ),
+    "temporal_restart": Fault(
+        "Temporal dev server stopped, then started on the same SQLite file",
+        ProcessStack.restart_temporal,
+        lambda s: None,
+        outage=False,
+    ),
+    "postgres_restart": Fault(
+        "Postgres stopped (fast shutdown), then started again",
+        ProcessStack.restart_postgres,
+        lambda s: None,
+        outage=False,
+    ),
+    "index_unavailable": Fault(
+        "every vector index call fails (connection refused)",
+        _failpoint({"index": {"error": "vector index unavailable (connection refused)"}}),
+        _clear,
+    ),
+    "llm_gone": Fault(
+        "the LLM worker SIGKILLed; started again after the window (loads the model)",
+        lambda s: s.kill_worker("llm"),
+        lambda s: s.start_worker("llm"),
+    ),
+    "embedding_failing": Fault(
+        "the embedding model raises on every call",
+        _failpoint({"embedding": {"error": "embedding model failing"}}),
+        _clear,
+    ),
+    "disk_full": Fault(
+        "every write to the index path fails with ENOSPC",
+        _failpoint({"index_write": {"error": "disk_full"}}),
+        _clear,
+    ),
+    "slow_activity": Fault(
+        "dense_search takes 8 s, past its 5 s start-to-close timeout",
+        _failpoint({"activity:dense_search": {"delay_seconds": 8}}),
+        _clear,
+    ),
+}
+# The subset CI runs (tests/bench/test_faults.py): one of each kind of fault (a process crash, a
+# dependency restart, a failing write, a timeout), none that reloads the model.
+FAST = ["worker_sigkill", "postgres_restart", "disk_full", "slow_activity"]
+
+
+@dataclass
+class Row:
+    fault: str
+    requests: int = 0
+    failed: int = 0
+    degraded: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    left_running: int = 0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    fault_s: float = 0.0  # from the fault to healed (a restart: how long it took)
+    seconds: float = 0.0
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.failed or self.lost or self.duplicated or self.left_running)
+
+
+async def run_fault(
+    stack: ProcessStack, name: str, window: float, chunks: dict[str, set[str]]
+) -> Row:
+    fault = FAULTS[name]
+    tenant = f"fault-{name.replace('_', '-')}"
+    began = time.monotonic()
+    client = await connect(stack.settings, quiet_runtime())
+    load = MixedLoad(client, stack.settings, tenant, stack.work / "corpus" / tenant)
+    await load.seed()
+    stop = asyncio.Event()
+    running = asyncio.create_task(load.run(stop))
+    await asyncio.sleep(3)  # the load is under way when the fault strikes
+    struck = time.monotonic()
+    await asyncio.to_thread(fault.inject, stack)
+    if fault.outage:
+        await asyncio.sleep(window)
+    await asyncio.to_thread(fault.heal, stack)
+    fault_s = time.monotonic() - struck
+    # The load goes on after the fault healed: what it left behind (stale connections,
+    # retries in backoff) meets new requests.
+    await asyncio.sleep(3 if fault.outage else window)
+    stop.set()
+    await running
+    stored, chunks[tenant] = await asyncio.to_thread(
+        verify_postgres, stack.settings, tenant, load.ledger
+    )
+    still_open = await running_workflows(client)
+    ledger = load.ledger
+    p50, p99 = latency_summary(ledger.outcomes)
+    failures = [f"{o.kind}: {o.detail}" for o in ledger.outcomes if o.status == "failed"]
+    return Row(
+        fault=name,
+        requests=ledger.count(),
+        failed=ledger.count("failed"),
+        degraded=ledger.count("degraded"),
+        lost=stored.lost,
+        duplicated=stored.duplicated,
+        left_running=len(still_open),
+        p50_ms=p50,
+        p99_ms=p99,
+        fault_s=fault_s,
+        seconds=time.monotonic() - began,
+        details=stored.details + failures[:3] + [f"open: {w}" for w in still_open[:3]],
+    )
+
+
+async def run_matrix(stack: ProcessStack, names: list[str], window: float) -> list[Row]:
+    """Each fault in turn on the running stack; then the index check for all of them."""
+    rows: list[Row] = []
+    chunks: dict[str, set[str]] = {}
+    for name in names:
+        rows.append(await run_fault(stack, name, window, chunks))
+        print(format_table(rows[-1:]), flush=True)
+    # The embedded index is open in the index worker: check it once, with the worker stopped.
+    await asyncio.to_thread(stack.stop_worker, "index")
+    try:
+        found = await asyncio.to_thread(verify_index, stack.settings, EMBEDDING_DIMENSION, chunks)
+    finally:
+        await asyncio.to_thread(stack.start_worker, "index")
+    for row in rows:
+        index = found[f"fault-{row.fault.replace('_', '-')}"]
+        row.lost += index.lost
+        row.duplicated += index.duplicated
+        row.details += index.details
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    lines = [
+        f"{'fault':<18} {'requests':>8} {'failed':>6} {'degraded':>8} {'lost':>5} "
+        f"{'duplicated':>10} {'left running':>12} {'P50 ms':>8} {'P99 ms':>8} {'fault s':>7}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r.fault:<18} {r.requests:>8} {r.failed:>6} {r.degraded:>8} {r.lost:>5} "
+            f"{r.duplicated:>10} {r.left_running:>12} {r.p50_ms:>8.0f} {r.p99_ms:>8.0f} "
+            f"{r.fault_s:>7.1f}"
+        )
+        lines += [f"    {d}" for d in r.details]
+    return "\n".join(lines)
+
+
+async def main_async(names: list[str], window: float, json_path: Path | None) -> int:
+    stack = await started("faults")
+    try:
+        rows = await run_matrix(stack, names, window)
+    finally:
+        await asyncio.to_thread(stack.close)
+    print(f"\nFault matrix: {len(rows)} faults, {window:.0f} s each, {os.cpu_count()} CPUs")
+    for name in names:
+        print(f"  {name}: {FAULTS[name].what}")
+    print(format_table(rows))
+    if json_path:
+        json_path.write_text(
+            json.dumps({"name": "faults", "window_s": window, "rows": [asdict(r) for r in rows]})
+        )
+    return 0 if all(r.clean for r in rows) else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated; or 'fast'")
+    parser.add_argument("--window", type=float, default=15.0, help="seconds each fault lasts")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    names = FAST if args.faults == "fast" else [n.strip() for n in args.faults.split(",")]
+    unknown = [n for n in names if n not in FAULTS]
+    if unknown:
+        parser.error(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
+    sys.exit(asyncio.run(main_async(names, args.window, args.json)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""A mixed load on a running stack (answers, ingests, conversation turns) and the checks that
+nothing was lost or duplicated by it.
+
+The load behaves like a careful backend service: every request has a stable id (the answer's trace
+id, the ingest's workflow id, the turn's message id), and a call that fails on the way (the
+Temporal server restarting, a dropped connection) is retried with that same id until the request's
+deadline. A request counts as failed only if it did not complete by then, or completed with an
+error. Afterwards `verify` reads Postgres and the vector index and counts what is missing or there
+twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shutil
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from durable_rag.client import RagClient
+from durable_rag.index import open_index
+from durable_rag.settings import Settings
+from schemas.answer import Answer, AskRequest
+from workflows.answer import AnswerWorkflow
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED_DOCUMENTS = [
+    "technology/unicode-and-utf-8.md",
+    "history/great-fire-of-london.md",
+    "science/photosynthesis.md",
+    "technology/vector-search-and-hnsw.md",
+    "science/tides.txt",
+]
+QUESTIONS = [
+    "Who designed the UTF-8 encoding?",
+    "Where did the Great Fire of London begin?",
+    "What does RuBisCO do in photosynthesis?",
+    "Who introduced the HNSW algorithm?",
+    "What causes spring tides?",
+]
+REQUEST_DEADLINE = 300.0  # seconds a request may take, retries included, before it counts failed
+
+T = TypeVar("T")
+
+
+@dataclass
+class Outcome:
+    kind: str  # answer | ingest | turn
+    started: float  # monotonic
+    seconds: float
+    status: str  # ok | degraded | failed
+    detail: str = ""
+
+
+@dataclass
+class Ledger:
+    """What the load sent and what it was told, to compare with what is stored."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    ingested: set[str] = field(default_factory=set)  # sources whose ingest reported success
+    turns: set[str] = field(default_factory=set)  # message ids whose turn was answered
+
+    def count(self, status: str | None = None) -> int:
+        return sum(1 for o in self.outcomes if status is None or o.status == status)
+
+
+async def persistently(call: Callable[[], Awaitable[T]], deadline: float) -> T:
+    """`call` again while the service is unreachable, until `deadline` (monotonic). Safe: every
+    request carries its own id, so a call that did reach the server is not applied twice."""
+    while True:
+        try:
+            return await call()
+        except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)
+
+
+def degraded(answer: Answer) -> bool:
+    return answer.route != "primary" or bool(answer.degradations)
+
+
+class MixedLoad:
+    """`answer_loops` clients asking questions, one client ingesting a new document at a time
+    and one holding a conversation, all for one tenant, until `stop` is set."""
+
+    def __init__(
+        self,
+        client: Client,
+        settings: Settings,
+        tenant: str,
+        corpus: Path,
+        answer_loops: int = 2,
+        max_tokens: int = 8,
+        pause: float = 0.0,
+    ) -> None:
+        self.rag = RagClient(client, settings)
+        self.client = client
+        self.tenant = tenant
+        self.corpus = corpus
+        self.answer_loops = answer_loops
+        self.max_tokens = max_tokens
+        self.pause = pause
+        self.ledger = Ledger()
+        self._documents = itertools.count()
+
+    async def seed(self) -> None:
+        """Ingest the seed corpus the questions are about (not counted as load)."""
+        folder = self.corpus / "seed"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in SEED_DOCUMENTS:
+            shutil.copy(ROOT / "corpus" / name, folder)
+        result = await self.rag.ingest([str(folder)], self.tenant)
+        if result.failures:
+            raise RuntimeError(f"seeding {self.tenant} failed: {result.failures}")
+        self.ledger.ingested |= {str(folder / Path(n).name) for n in SEED_DOCUMENTS}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loops = [self._loop(self.answer, stop, i) for i in range(self.answer_loops)]
+        loops += [self._loop(self.ingest, stop, 0), self._loop(self.turn, stop, 0)]
+        await asyncio.gather(*loops)
+
+    async def _loop(
+        self, request: Callable[[int], Awaitable[Outcome]], stop: asyncio.Event, worker: int
+    ) -> None:
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            self.ledger.outcomes.append(await request(worker * 1000 + n))
+            if self.pause:
+                await asyncio.sleep(self.pause)
+
+    async def _timed(self, kind: str, call: Callable[[], Awaitable[tuple[str, str]]]) -> Outcome:
+        started = time.monotonic()
+        try:
+            status, detail = await asyncio.wait_for(call(), REQUEST_DEADLINE)
+        except TimeoutError:
+            status, detail = "failed", f"not done in {REQUEST_DEADLINE:.0f} s"
+        except Exception as exc:  # any error is a failed request, with the reason
+            cause = exc
+            while getattr(cause, "cause", None) is not None or cause.__cause__ is not None:
+                cause = getattr(cause, "cause", None) or cause.__cause__  # type: ignore[assignment]
+            status, detail = "failed", f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
+        return Outcome(kind, started, time.monotonic() - started, status, detail)
+
+    async def answer(self, n: int) -> Outcome:
+        question = QUESTIONS[n % len(QUESTIONS)]
+        trace_id = f"load-{uuid.uuid4().hex}"
+        deadline = time.monotonic() + REQUEST_DEADLINE
+        request = AskRequest(
+            tenant=self.tenant, question=question, max_answer_tokens=self.max_tokens, top_k=3
+        )
+
+        async def call() -> tuple[str, str]:
+            async def start() -> Any:
+                try:
+                    return await self.rag.start_ask(request, trace_id)
+                except WorkflowAlreadyStartedError:  # the first start did reach the server
+                    return self.client.get_workflow_handle_for(
+                        AnswerWorkflow.run, f"answer-{trace_id}"
+                    )
+
+            handle = await persistently(start, deadline)
+            answer: Answer = await persistently(handle.result, deadline)
+            if degraded(answer):
+                return "degraded", "; ".join(answer.degradations)[:200]
+            return "ok", ""
+
+        return await self._timed("answer", call)
+
+    async def ingest(self, n: int) -> Outcome:
+        number = next(self._documents)
+        path = self.corpus / "load" / f"note-{number:05d}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            f"# Field note {number}\n\n"
+            + "\n\n".join(
+                f"Observation {number}-{j}: the survey team zq{number}x{j} recorded "
+                f"{(number * 7 + j) % 97} birds near marker {j} at dawn."
+                for j in range(4)
+            )
+            + "\n"
+        )
+        deadline = time.monotonic() + REQUEST_DEADLINE
+
+        async def call() -> tuple[str, str]:
+            request = self.rag.ingest_request([str(path)], self.tenant)
+            handle = await persistently(lambda: self.rag.start_ingest(request), deadline)
+            result = await persistently(handle.result, deadline)
+            if result.failures:
+                return "failed", "; ".join(f.message for f in result.failures)[:200]
+            self.ledger.ingested.add(str(path))
+            return "ok", ""
+
+        return await self._timed("ingest", call)
+
+    async def turn(self, n: int) -> Outcome:
+        message_id = f"m-{uuid.uuid4().hex}"
+        deadline = time.monotonic() + REQUEST_DEADLINE
+
+        async def call() -> tuple[str, str]:
+            reply = await persistently(
+                lambda: self.rag.chat(
+                    "load",
+                    QUESTIONS[n % len(QUESTIONS)],
+                    tenant=self.tenant,
+                    message_id=message_id,
+                    max_answer_tokens=self.max_tokens,
+                    top_k=3,
+                ),
+                deadline,
+            )
+            self.ledger.turns.add(message_id)
+            if degraded(reply.answer):
+                return "degraded", "; ".join(reply.answer.degradations)[:200]
+            return "ok", ""
+
+        return await self._timed("turn", call)
+
+
+# --- what is stored afterwards ------------------------------------------------------------------
+
+
+@dataclass
+class Stored:
+    lost: int = 0
+    duplicated: int = 0
+    details: list[str] = field(default_factory=list)
+
+
+def postgres_url(settings: Settings) -> str:
+    return settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def verify_postgres(settings: Settings, tenant: str, ledger: Ledger) -> tuple[Stored, set[str]]:
+    """Documents and turns the load was told are stored, once each; returns the active chunk
+    ids too, for `verify_index`."""
+    found = Stored()
+    with psycopg.connect(postgres_url(settings)) as conn:
+        documents = conn.execute(
+            "SELECT source, count(*) FROM documents WHERE tenant = %s AND status = 'active' "
+            "GROUP BY source",
+            (tenant,),
+        ).fetchall()
+        active = {source: count for source, count in documents}
+        missing = ledger.ingested - set(active)
+        twice = [s for s, c in active.items() if c > 1]
+        chunks = {
+            row[0]
+            for row in conn.execute(
+                "SELECT c.id::text FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE c.tenant = %s AND c.version = d.version AND d.status = 'active'",
+                (tenant,),
+            )
+        }
+        documents_without_chunks = conn.execute(
+            "SELECT count(*) FROM documents d WHERE d.tenant = %s AND d.status = 'active' AND "
+            "NOT EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id "
+            "AND c.version = d.version)",
+            (tenant,),
+        ).fetchone()
+        turns = conn.execute(
+            "SELECT t.message_id, count(*) FROM turns t "
+            "JOIN conversations c ON c.id = t.conversation_id "
+            "WHERE c.tenant = %s AND t.role = 'user' GROUP BY t.message_id",
+            (tenant,),
+        ).fetchall()
+    stored_turns = {message_id: count for message_id, count in turns}
+    missing_turns = ledger.turns - set(stored_turns)
+    twice_turns = [m for m, c in stored_turns.items() if c > 1]
+    empty = int(documents_without_chunks[0]) if documents_without_chunks else 0
+    found.lost = len(missing) + len(missing_turns) + empty
+    found.duplicated = len(twice) + len(twice_turns)
+    if missing:
+        found.details.append(f"documents lost: {sorted(missing)[:3]}")
+    if empty:
+        found.details.append(f"{empty} active documents without chunks")
+    if missing_turns:
+        found.details.append(f"{len(missing_turns)} answered turns not stored")
+    if twice or twice_turns:
+        found.details.append(f"stored twice: {twice[:3]} {twice_turns[:3]}")
+    return found, chunks
+
+
+def verify_index(
+    settings: Settings, dimension: int, chunks: dict[str, set[str]]
+) -> dict[str, Stored]:
+    """Points in the vector index against the active chunks in Postgres, per tenant. Opens the
+    embedded index: only while no index worker has it open."""
+    found: dict[str, Stored] = {}
+    index = open_index(settings, dimension)
+    try:
+        for tenant, expected in chunks.items():
+            points = [str(p) for p in index.point_ids(tenant)]
+            extra = set(points) - expected
+            missing = expected - set(points)
+            twice = len(points) - len(set(points))
+            stored = found[tenant] = Stored(lost=len(missing), duplicated=twice + len(extra))
+            if missing or extra or twice:
+                stored.details.append(
+                    f"index: {len(missing)} chunks missing, {len(extra)} points without an "
+                    f"active chunk, {twice} points twice"
+                )
+    finally:
+        index.close()
+    return found
+
+
+async def running_workflows(client: Client, wait: float = 30.0) -> list[str]:
+    """Workflows still open, after waiting up to `wait` s for them to close (conversations close
+    after their idle time)."""
+    deadline = time.monotonic() + wait
+    while True:
+        open_ids = [
+            w.id
+            async for w in client.list_workflows('ExecutionStatus="Running"')
+            if not w.id.startswith("temporal-sys-")
+        ]
+        if not open_ids or time.monotonic() > deadline:
+            return open_ids
+        await asyncio.sleep(1.0)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def latency_summary(outcomes: list[Outcome]) -> tuple[float, float]:
+    """P50 and P99 in ms of the requests that completed."""
+    done = [o.seconds * 1000 for o in outcomes if o.status != "failed"]
+    return percentile(done, 0.5), percentile(done, 0.99)
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")

@@ -1,0 +1,269 @@
+"""`make bench`: run every benchmark and write BENCHMARKS.md.
+
+    .venv/bin/python bench/report.py [--only ingest,answer,...] [--soak-duration 60]
+                                     [--output BENCHMARKS.md]
+
+Runs each benchmark in its own process (each starts its services on free ports and loads its own
+models; one process each keeps one's memory from skewing the next), with `--json`, and composes
+their figures into one Markdown file: the machine, a summary of every figure beside its plain-loop
+baseline or target, and each benchmark's table. Long runs recorded once (the 30-minute soak, the
+full fault matrix) are kept as JSON under bench/results/ and rendered from there, so rerunning
+`make bench` never loses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+# name -> (script, extra arguments)
+BENCHMARKS: dict[str, tuple[str, list[str]]] = {
+    "ingest": ("bench/ingest.py", []),
+    "answer": ("bench/answer.py", []),
+    "vector_search": ("bench/vector_search.py", []),
+    "retrieval": ("bench/retrieval.py", []),
+    "soak": ("bench/soak.py", ["--window", "15"]),
+}
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": model or platform.processor() or platform.machine(),
+        "memory_gib": round(memory, 1),
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+    }
+
+
+def run(name: str, out: Path, extra: list[str]) -> dict[str, Any]:
+    """Run one benchmark; its figures, or why there are none."""
+    script, args = BENCHMARKS[name]
+    target = out / f"{name}.json"
+    log = out / f"{name}.log"
+    print(f"\n=== {name}: {script} {' '.join(args + extra)}", flush=True)
+    began = time.monotonic()
+    with log.open("w") as handle:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / script), *args, *extra, "--json", str(target)],
+            cwd=ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+    text = log.read_text(errors="replace")
+    print(text[-4000:], flush=True)
+    if target.exists():
+        figures: dict[str, Any] = json.loads(target.read_text())
+    else:
+        tail = "\n".join(text.splitlines()[-5:])
+        figures = {"name": name, "error": f"exit {proc.returncode}: {tail}"}
+    figures["run_seconds"] = time.monotonic() - began
+    return figures
+
+
+# --- rendering (pure: tested in tests/bench/test_report.py) --------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    return str(value)
+
+
+def table(rows: list[dict[str, Any]], skip: tuple[str, ...] = ()) -> str:
+    if not rows:
+        return "(no rows)\n"
+    keys = [k for k in rows[0] if k not in skip]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(_fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per headline figure: the baseline beside it, the ratio, the target."""
+    rows: list[dict[str, Any]] = []
+    ingest = results.get("ingest", {})
+    if "rows" in ingest:
+        plain, flow = ingest["rows"][0], ingest["rows"][1]
+        rows.append({
+            "figure": "ingest throughput (chunks/s)",
+            "plain-loop baseline": plain["chunks_per_s"],
+            "durable-rag": flow["chunks_per_s"],
+            "ratio": ingest["ratio"],
+            "target": "ratio >= 0.85",
+            "met": ingest["ratio"] >= 0.85,
+        })  # fmt: skip
+    answer = results.get("answer", {})
+    if "rows" in answer:
+        plain, flow = answer["rows"][0], answer["rows"][1]
+        for q in ("p50", "p99"):
+            rows.append({
+                "figure": f"answer latency {q.upper()} (ms)",
+                "plain-loop baseline": plain[f"{q}_ms"],
+                "durable-rag": flow[f"{q}_ms"],
+                "ratio": flow[f"{q}_ms"] / plain[f"{q}_ms"] if plain[f"{q}_ms"] else math.nan,
+                "target": "overhead <= 15 ms" if q == "p50" else "",
+                "met": answer["overhead_p50_ms"] <= 15 if q == "p50" else "",
+            })  # fmt: skip
+    vectors = results.get("vector_search", {})
+    for row in vectors.get("rows", []):
+        p99 = row.get("p99_ms", math.nan)
+        rows.append({
+            "figure": f"vector search P99 (ms), {row.get('size', '?'):,} chunks, "
+                      f"{row.get('state', '')}, filter {row.get('filter', '')}",
+            "plain-loop baseline": "",
+            "durable-rag": p99,
+            "ratio": p99 / 50.0,
+            "target": "P99 < 50 ms (ratio < 1)",
+            "met": p99 < 50.0,
+        })  # fmt: skip
+    soak = results.get("soak", {})
+    if soak.get("windows"):
+        rows.append({
+            "figure": f"soak {soak['duration_s']:.0f} s: P99 drift (last / first window)",
+            "plain-loop baseline": "",
+            "durable-rag": soak["p99_drift"],
+            "ratio": soak["p99_drift"],
+            "target": "no failed request",
+            "met": soak["failed"] == 0,
+        })  # fmt: skip
+    return rows
+
+
+def soak_section(soak: dict[str, Any]) -> str:
+    windows = [
+        {
+            "window": f"{w['start_s']:.0f} s",
+            "requests": w["requests"],
+            "req/s": w["throughput"],
+            "failed": w["failed"],
+            "degraded": w["degraded"],
+            "P50 ms": w["p50_ms"],
+            "P99 ms": w["p99_ms"],
+            **{f"{part} MB": mb for part, mb in w["rss_mb"].items()},
+        }
+        for w in soak["windows"]
+    ]
+    drift = ", ".join(f"{p} {d:+.0f} MB" for p, d in soak["rss_drift_mb"].items())
+    kinds = ", ".join(f"{k} {v}" for k, v in soak.get("by_kind", {}).items())
+    return (
+        table(windows) + f"\n{soak['requests']} requests ({kinds}), {soak['failed']} failed, "
+        f"{soak['degraded']} degraded. Drift, first window to last: P99 x"
+        f"{soak['p99_drift']:.2f}; RSS {drift}.\n"
+    )
+
+
+def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any]],
+           host: dict[str, Any], when: str) -> str:  # fmt: skip
+    out = [
+        "# Benchmarks\n",
+        f"Written by `make bench` (bench/report.py) on {when}. Every figure comes from one run "
+        "on the machine below; ratios compare the two sides measured in that same run, never "
+        "figures from different runs. Rerun with `make bench`.\n",
+        f"**Machine:** {host['cpus']} CPUs ({host['cpu']}), {host['memory_gib']} GiB memory, "
+        f"{host['os']}, Python {host['python']}; embedded stack (Temporal dev server on SQLite, "
+        "embedded Postgres, Qdrant Edge, packaged MiniLM, vLLM CPU on SmolLM2-135M); no GPU.\n",
+        "## Summary\n",
+        table(summary(results)),
+    ]
+    sections = [
+        ("ingest", "Ingest: IngestWorkflow against the same steps in a plain loop"),
+        ("answer", "Answer: AnswerWorkflow against the same steps in a plain async function"),
+        ("vector_search", "Vector search on the embedded index, with filters"),
+        ("retrieval", "Retrieval quality (labelled set)"),
+        ("soak", "Soak (smoke run)"),
+    ]
+    for name, title in sections:
+        figures = results.get(name)
+        if figures is None:
+            continue
+        out.append(f"## {title}\n")
+        if "error" in figures:
+            out.append(f"Did not finish: `{figures['error']}`\n")
+            continue
+        if name == "soak":
+            out.append(soak_section(figures))
+        else:
+            out.append(table(figures.get("rows", [])))
+        extras = {
+            k: v
+            for k, v in figures.items()
+            if k not in ("name", "rows", "windows", "machine") and not isinstance(v, list)
+        }
+        if extras and name != "soak":
+            out.append("\n" + "; ".join(f"{k}: {_fmt(v)}" for k, v in extras.items()) + "\n")
+    for name, figures in sorted(recorded.items()):
+        out.append(f"## Recorded: {figures.get('title', name)}\n")
+        if figures.get("note"):
+            out.append(figures["note"] + "\n\n")
+        if figures.get("name") == "soak":
+            out.append(soak_section(figures))
+        else:
+            out.append(table(figures.get("rows", []), skip=("details",)))
+    return "\n".join(out)
+
+
+def recorded_runs() -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(BENCHMARKS))
+    parser.add_argument("--soak-duration", type=float, default=60.0)
+    parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}")
+    out = ROOT / ".data" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        extra = ["--duration", str(args.soak_duration)] if name == "soak" else []
+        results[name] = run(name, out, extra)
+    text = render(results, recorded_runs(), machine(), time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                      time.gmtime()))  # fmt: skip
+    args.output.write_text(text)
+    print(f"\nwrote {args.output}")
+    failed = [n for n, r in results.items() if "error" in r]
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Soak: a sustained mixed load on the embedded stack, watching for drift (R3).
+
+    .venv/bin/python bench/soak.py [--duration SECONDS] [--window SECONDS] [--json PATH]
+
+Every part is a real process (bench/stack.py): Temporal dev server, Postgres, orchestrator, index
+and LLM workers. The load (bench/load.py) runs for `--duration` (default 10 minutes): two clients
+asking questions, one ingesting a new document at a time, one conversation. Per time window it
+reports the requests finished, throughput, failures, latency P50/P99, and the resident memory of
+each part (with its child processes). At the end: the drift of P99 and of each part's RSS from
+the first window to the last. A growing RSS or P99 under a steady load is a leak or a slowdown
+that would take a production service down after hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.load import MixedLoad, Outcome, latency_summary  # noqa: E402
+from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
+from workers.common import connect  # noqa: E402
+
+MB = 1024 * 1024
+
+
+@dataclass
+class Window:
+    start_s: float
+    requests: int
+    failed: int
+    degraded: int
+    throughput: float  # requests finished per second
+    p50_ms: float
+    p99_ms: float
+    rss_mb: dict[str, float]
+
+
+@dataclass
+class SoakReport:
+    duration_s: float
+    window_s: float
+    windows: list[Window] = field(default_factory=list)
+    requests: int = 0
+    failed: int = 0
+    degraded: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def p99_drift(self) -> float:
+        """P99 of the last window over the first (1.0: no drift)."""
+        first, last = self.windows[0].p99_ms, self.windows[-1].p99_ms
+        return last / first if first else float("nan")
+
+    def rss_drift_mb(self) -> dict[str, float]:
+        first, last = self.windows[0].rss_mb, self.windows[-1].rss_mb
+        return {part: last.get(part, 0.0) - mb for part, mb in first.items()}
+
+
+def _windows(
+    outcomes: list[Outcome], began: float, window: float, rss: list[tuple[float, dict[str, int]]]
+) -> list[Window]:
+    windows: list[Window] = []
+    count = max(1, round((max((o.started + o.seconds for o in outcomes), default=began) - began)
+                         / window))  # fmt: skip
+    for i in range(count):
+        lo, hi = began + i * window, began + (i + 1) * window
+        done = [o for o in outcomes if lo <= o.started + o.seconds < hi]
+        if i == count - 1:  # the drain's stragglers belong to the last window
+            done += [o for o in outcomes if o.started + o.seconds >= hi]
+        p50, p99 = latency_summary(done)
+        samples = [sizes for at, sizes in rss if lo <= at < hi] or [rss[-1][1]]
+        last = samples[-1]
+        windows.append(
+            Window(
+                start_s=i * window,
+                requests=len(done),
+                failed=sum(1 for o in done if o.status == "failed"),
+                degraded=sum(1 for o in done if o.status == "degraded"),
+                throughput=len(done) / window,
+                p50_ms=p50,
+                p99_ms=p99,
+                rss_mb={part: size / MB for part, size in last.items()},
+            )
+        )
+    return windows
+
+
+async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakReport:
+    client = await connect(stack.settings, quiet_runtime())
+    load = MixedLoad(client, stack.settings, "soak", stack.work / "corpus" / "soak")
+    await load.seed()
+    stop = asyncio.Event()
+    rss: list[tuple[float, dict[str, int]]] = []
+    began = time.monotonic()
+    running = asyncio.create_task(load.run(stop))
+    while time.monotonic() - began < duration:
+        rss.append((time.monotonic(), await asyncio.to_thread(stack.rss)))
+        await asyncio.sleep(min(5.0, window / 3))
+    stop.set()
+    await running
+    rss.append((time.monotonic(), await asyncio.to_thread(stack.rss)))
+    outcomes = load.ledger.outcomes
+    report = SoakReport(duration_s=duration, window_s=window)
+    report.windows = _windows(outcomes, began, window, rss)
+    report.requests = len(outcomes)
+    report.failed = sum(1 for o in outcomes if o.status == "failed")
+    report.degraded = sum(1 for o in outcomes if o.status == "degraded")
+    for o in outcomes:
+        report.by_kind[o.kind] = report.by_kind.get(o.kind, 0) + 1
+    return report
+
+
+def format_report(report: SoakReport) -> str:
+    parts = list(report.windows[0].rss_mb)
+    head = f"{'window':>7} {'requests':>8} {'req/s':>6} {'failed':>6} {'degraded':>8} " \
+           f"{'P50 ms':>8} {'P99 ms':>8} " + " ".join(f"{p[:12]:>12}" for p in parts)  # fmt: skip
+    lines = [head + "   (RSS MB)"]
+    for w in report.windows:
+        lines.append(
+            f"{w.start_s:>6.0f}s {w.requests:>8} {w.throughput:>6.2f} {w.failed:>6} "
+            f"{w.degraded:>8} {w.p50_ms:>8.0f} {w.p99_ms:>8.0f} "
+            + " ".join(f"{w.rss_mb.get(p, 0):>12.0f}" for p in parts)
+        )
+    drift = report.rss_drift_mb()
+    lines.append(
+        f"\n{report.requests} requests ({', '.join(f'{k} {v}' for k, v in report.by_kind.items())})"
+        f", {report.failed} failed, {report.degraded} degraded"
+    )
+    lines.append(
+        f"drift, first window to last: P99 x{report.p99_drift:.2f}; RSS "
+        + ", ".join(f"{p} {d:+.0f} MB" for p, d in drift.items())
+    )
+    return "\n".join(lines)
+
+
+def to_json(report: SoakReport) -> dict[str, object]:
+    return {
+        "name": "soak",
+        **asdict(report),
+        "p99_drift": report.p99_drift,
+        "rss_drift_mb": report.rss_drift_mb(),
+    }
+
+
+async def main_async(duration: float, window: float, json_path: Path | None) -> int:
+    stack = await started("soak")
+    try:
+        report = await run_soak(stack, duration, window)
+    finally:
+        await asyncio.to_thread(stack.close)
+    print(f"\nSoak: {duration:.0f} s of mixed load, windows of {window:.0f} s, "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(format_report(report))
+    if json_path:
+        json_path.write_text(json.dumps(to_json(report)))
+    return 0 if report.failed == 0 else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
+    parser.add_argument("--window", type=float, default=0.0, help="seconds; default duration/10")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    if args.duration < 10:
+        parser.error("--duration must be at least 10 seconds")
+    window = args.window or max(5.0, args.duration / 10)
+    sys.exit(asyncio.run(main_async(args.duration, window, args.json)))
+
+
+if __name__ == "__main__":
+    main()

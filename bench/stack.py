@@ -1,0 +1,222 @@
+"""The embedded stack as real processes, in a scratch folder on free ports: what the soak loads and
+the fault matrix breaks.
+
+Temporal dev server (SQLite file), Postgres, and the orchestrator, index and LLM workers each run
+as their own process, as `durable-rag up` starts them, so a fault is a real one: a worker is
+SIGKILLed, a server is stopped and started again on the same files. Parts are started and stopped
+by PID; `close()` stops everything and removes the folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+from durable_rag import failpoints
+from durable_rag.llm.models import resolve_generator
+from durable_rag.policies import llm_queue
+from durable_rag.settings import PACKAGED_SMOLLM2, Settings
+from durable_rag.stack import (
+    EmbeddedPostgres,
+    Process,
+    TemporalDevServer,
+    free_port,
+    migrate,
+    port_in_use,
+    spawn_worker,
+    wait_worker_ready,
+    worker_process,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER_KINDS = ("orchestrator", "index", "llm")
+
+# Timeouts the fault matrix shortens, through the operators' override (DURABLE_RAG_ACTIVITY_
+# POLICIES): a SIGKILLed index worker's embedding is retried after 10 s rather than 60 s.
+POLICY_OVERRIDES = {"index_documents": {"heartbeat_seconds": 10}}
+
+
+class ProcessStack:
+    def __init__(self, prefix: str = "stack", **overrides: Any) -> None:
+        self.prefix = prefix
+        self.work = Path(tempfile.mkdtemp(prefix=f"durable-rag-{prefix}-"))
+        # Converted once into the checkout's .data (shared with `durable-rag up` and the tests).
+        model = resolve_generator(PACKAGED_SMOLLM2, ROOT / ".data")
+        tag = uuid.uuid4().hex[:6]
+        values: dict[str, Any] = {
+            "data_dir": str(self.work / "data"),
+            "temporal_address": f"127.0.0.1:{free_port()}",
+            "temporal_ui_port": free_port(),
+            "temporal_metrics_port": free_port(),
+            "postgres_port": free_port(),
+            "workflow_task_queue": f"{prefix}-wf-{tag}",
+            "index_task_queue": f"{prefix}-ix-{tag}",
+            "llm_model": model,
+            "llm_served_name": f"smollm2-{tag}",
+            "llm_max_num_seqs": 4,
+            "llm_max_concurrent_generations": 4,
+            "llm_cpu_kvcache_gib": 1,
+            "conversation_idle_seconds": 5,
+            "worker_drain_seconds": 5,
+            "failpoints_file": str(self.work / "failpoints.json"),
+            "activity_policies": json.dumps(POLICY_OVERRIDES),
+            "metrics_port": 0,
+        }
+        values.update(overrides)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_RAG_")}
+        self.env.update({f"DURABLE_RAG_{k.upper()}": str(v) for k, v in values.items()})
+        self.env.update(
+            HF_HUB_OFFLINE="1",
+            TQDM_DISABLE="1",
+            TOKENIZERS_PARALLELISM="false",
+            VLLM_CACHE_ROOT=str(ROOT / ".data" / "vllm-cache"),
+            VLLM_CPU_KVCACHE_SPACE="1",
+        )
+        # The launcher's own view: the same values, read the way the workers read them.
+        self.settings = Settings(
+            **{k: json.loads(v) if k == "activity_policies" else v for k, v in values.items()}
+        )
+        self.data_dir = self.settings.data_dir
+        host_port = self.settings.temporal_address.rpartition(":")[2]
+        self.temporal = TemporalDevServer(
+            self.data_dir,
+            int(host_port),
+            self.settings.temporal_ui_port,
+            self.settings.temporal_metrics_port,
+        )
+        self.postgres = EmbeddedPostgres(self.data_dir / "postgres", self.settings.postgres_port)
+        self.failpoints_file = self.work / "failpoints.json"
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every part and wait until each is ready (the LLM worker loads vLLM: ~1 min)."""
+        self.temporal.start()
+        self.postgres.start()
+        self.postgres.ensure_database(self.settings.postgres_database)
+        migrate(self.settings.sqlalchemy_url)
+        for kind in WORKER_KINDS:
+            self.start_worker(kind)
+
+    def close(self) -> None:
+        for kind in reversed(WORKER_KINDS):
+            self.worker(kind).stop(timeout=15)
+        self.postgres.stop()
+        self.temporal.stop()
+        # The parts' logs outlive the scratch folder: where to look when a run went wrong.
+        logs = ROOT / ".data" / "bench" / f"logs-{self.prefix}"
+        shutil.rmtree(logs, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            shutil.copytree(self.data_dir / "logs", logs)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def queue(self, kind: str) -> str:
+        return {
+            "orchestrator": self.settings.workflow_task_queue,
+            "index": self.settings.index_task_queue,
+            "llm": llm_queue(self.settings.llm_name),
+        }[kind]
+
+    def worker(self, kind: str) -> Process:
+        return worker_process(self.data_dir, kind)
+
+    def start_worker(self, kind: str) -> None:
+        process = spawn_worker(self.data_dir, kind, self.env)
+        wait_worker_ready(
+            process,
+            self.settings.temporal_address,
+            self.settings.temporal_namespace,
+            self.queue(kind),
+            timeout=600 if kind == "llm" else 180,
+        )
+
+    def kill_worker(self, kind: str) -> None:
+        """SIGKILL, as a crash or the OOM killer would: no drain, no clean-up."""
+        self.worker(kind).kill()
+
+    def stop_worker(self, kind: str) -> None:
+        self.worker(kind).stop(timeout=15, sig=signal.SIGTERM)
+
+    def restart_temporal(self, down_seconds: float = 1.0) -> None:
+        """Stop the dev server and start it again on the same SQLite file and ports."""
+        self.temporal.stop()
+        ports = [self.temporal.port, self.temporal.metrics_port]
+        ports += [self.temporal.ui_port] if self.temporal.ui_port else []
+        _wait_ports_free(ports)
+        time.sleep(down_seconds)
+        self.temporal.start()
+
+    def restart_postgres(self, down_seconds: float = 1.0) -> None:
+        self.postgres.stop()
+        _wait_ports_free([self.postgres.port])
+        time.sleep(down_seconds)
+        self.postgres.start()
+
+    def set_failpoints(self, points: dict[str, dict[str, Any]]) -> None:
+        failpoints.write(self.failpoints_file, points)
+
+    # --- measurements ---------------------------------------------------------------------------
+
+    def pids(self) -> dict[str, int | None]:
+        parts: dict[str, int | None] = {
+            "temporal": self.temporal.process.pid(),
+            "postgres": self.postgres.pid(),
+        }
+        for kind in WORKER_KINDS:
+            parts[f"worker-{kind}"] = self.worker(kind).pid()
+        return parts
+
+    def rss(self) -> dict[str, int]:
+        """Resident memory of each part, in bytes, with its child processes (Postgres backends,
+        vLLM's engine core)."""
+        sizes: dict[str, int] = {}
+        for part, pid in self.pids().items():
+            total = 0
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(pid) if pid else None
+                for proc in [root, *root.children(recursive=True)] if root else []:
+                    with contextlib.suppress(psutil.Error):
+                        total += proc.memory_info().rss
+            sizes[part] = total
+        return sizes
+
+
+@functools.cache
+def quiet_runtime() -> Runtime:
+    """A client runtime that logs errors only: the Rust core warns on every retried call, and
+    while a fault lasts that is thousands of lines around the figures."""
+    return Runtime(
+        telemetry=TelemetryConfig(
+            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+        )
+    )
+
+
+def _wait_ports_free(ports: list[int], timeout: float = 30.0) -> None:
+    """A stopped server's sockets can outlive it for a moment; starting again needs them."""
+    deadline = time.monotonic() + timeout
+    while any(port_in_use(p) for p in ports) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+async def started(prefix: str, **overrides: Any) -> ProcessStack:
+    stack = ProcessStack(prefix, **overrides)
+    try:
+        await asyncio.to_thread(stack.start)
+    except BaseException:
+        await asyncio.to_thread(stack.close)
+        raise
+    return stack

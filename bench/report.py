@@ -184,6 +184,13 @@ def soak_section(soak: dict[str, Any]) -> str:
         table(windows) + f"\n{soak['requests']} requests ({kinds}), {soak['failed']} failed, "
         f"{soak['degraded']} degraded. Drift, first window to last: P99 x"
         f"{soak['p99_drift']:.2f}; RSS {drift}.\n"
+        + (
+            "Degraded by fallback: "
+            + "; ".join(f"{why} ({n})" for why, n in sorted(soak["degradations"].items()))
+            + ".\n"
+            if soak.get("degradations")
+            else ""
+        )
     )
 
 

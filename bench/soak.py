@@ -54,6 +54,8 @@ class SoakReport:
     failed: int = 0
     degraded: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
+    # What degraded requests fell back to (the first words of each degradation), by count.
+    degradations: dict[str, int] = field(default_factory=dict)
 
     @property
     def p99_drift(self) -> float:
@@ -117,6 +119,9 @@ async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakR
     report.degraded = sum(1 for o in outcomes if o.status == "degraded")
     for o in outcomes:
         report.by_kind[o.kind] = report.by_kind.get(o.kind, 0) + 1
+        if o.status == "degraded":
+            why = f"{o.kind}: {o.detail.split(':')[0][:60]}"
+            report.degradations[why] = report.degradations.get(why, 0) + 1
     return report
 
 
@@ -136,6 +141,11 @@ def format_report(report: SoakReport) -> str:
         f"\n{report.requests} requests ({', '.join(f'{k} {v}' for k, v in report.by_kind.items())})"
         f", {report.failed} failed, {report.degraded} degraded"
     )
+    if report.degradations:
+        lines.append(
+            "degraded by fallback: "
+            + "; ".join(f"{why} ({n})" for why, n in sorted(report.degradations.items()))
+        )
     lines.append(
         f"drift, first window to last: P99 x{report.p99_drift:.2f}; RSS "
         + ", ".join(f"{p} {d:+.0f} MB" for p, d in drift.items())

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from durable_rag import policies
@@ -35,14 +36,38 @@ def _settings() -> Settings:
         _usage_error(f"invalid settings:\n{exc}")
 
 
+# Messages quote what the user typed: escaped, or `delete "[/x]"` is a Rich MarkupError.
 def _usage_error(message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)
 
 
 def _fail(message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(1)
+
+
+def _exists(path: Path, folder: bool = False) -> bool:
+    """Path.exists (or is_dir), but no for a name the OS refuses (too long, no access): those
+    raise OSError, which was a traceback for `ingest` of a 9000-character path."""
+    try:
+        return path.is_dir() if folder else path.exists()
+    except OSError:
+        return False
+
+
+def _check_tenant(tenant: str | None) -> None:
+    """Refuse a malformed tenant before connecting to anything (empty: the default one)."""
+    from schemas.common import Contract, TenantId
+
+    class _Tenant(Contract):
+        tenant: TenantId
+
+    if tenant:
+        try:
+            _Tenant(tenant=tenant)
+        except ValidationError as exc:
+            _usage_error(_first_error(exc))
 
 
 def _ui_link(settings: Settings, workflow_id: str) -> str:
@@ -143,9 +168,10 @@ def ingest(
     from schemas.ingest import IngestProgress
 
     settings = _settings()
-    missing = [str(p) for p in paths if not p.exists()]
+    missing = [str(p) for p in paths if not _exists(p)]
     if missing:
         _usage_error(f"no such file or directory: {', '.join(missing)}")
+    _check_tenant(tenant)
 
     async def run() -> None:
         from durable_rag.client import ingest_workflow_id
@@ -185,7 +211,7 @@ def ingest(
         for failure in result.failures:
             console.print(f"  [yellow]{failure.kind}[/yellow] {failure.source}: {failure.message}")
         for note in result.degradations:
-            console.print(f"  [yellow]degraded[/yellow] {note}")
+            console.print(f"  [yellow]degraded[/yellow] {escape(note)}")
 
     asyncio.run(run())
 
@@ -222,9 +248,11 @@ def search(
         rag = await _connect(settings)
         trace = uuid.uuid4().hex[:16]
         response = await rag.search(query, tenant, top_k, trace_id=trace, mode=checked.mode)
-        console.print(f"[bold]{query}[/bold]   trace {response.trace_id}   ({response.retrieval})")
+        console.print(
+            f"[bold]{escape(query)}[/bold]   trace {response.trace_id}   ({response.retrieval})"
+        )
         for note in response.degradations:
-            console.print(f"[yellow]degraded:[/yellow] {note}")
+            console.print(f"[yellow]degraded:[/yellow] {escape(note)}")
         if not response.passages:
             console.print("no passages found")
         for rank, p in enumerate(response.passages, start=1):
@@ -235,9 +263,11 @@ def search(
                 if p.heading_path.startswith(p.title)
                 else f"{p.title} › {p.heading_path}"
             )
-            console.print(f"\n[bold]{rank}. score {p.score:.3f}[/bold]  {path}\n   {location}")
+            console.print(
+                f"\n[bold]{rank}. score {p.score:.3f}[/bold]  {escape(path)}\n   {escape(location)}"
+            )
             snippet = " ".join(p.text.split())
-            console.print(f"   {snippet[:300]}{'…' if len(snippet) > 300 else ''}")
+            console.print(f"   {escape(snippet[:300])}{'…' if len(snippet) > 300 else ''}")
         steps = ", ".join(f"{k} {v:.0f} ms" for k, v in response.timings_ms.items())
         console.print(f"\ntimings: {steps}\nrun: {_ui_link(settings, response.trace_id)}")
 
@@ -278,10 +308,11 @@ def ask(
             _usage_error(str(exc))
         except WorkflowFailureError as exc:
             _usage_error(_root_cause(exc))
-        console.print(f"[bold]{question}[/bold]\n\n{answer.answer}\n")
+        console.print(f"[bold]{escape(question)}[/bold]\n\n{escape(answer.answer)}\n")
         for c in answer.citations:
             console.print(
-                f"  [{c.number}] {c.title} › {c.heading_path}\n      {c.source}:{c.char_start}-{c.char_end}"
+                f"  [{c.number}] {escape(c.title)} › {escape(c.heading_path)}\n      "
+                f"{escape(c.source)}:{c.char_start}-{c.char_end}"
             )
         if not answer.citations:
             console.print("  (no citations)")
@@ -290,7 +321,7 @@ def ask(
             f"tokens {answer.tokens.prompt} in, {answer.tokens.completion} out"
         )
         for note in answer.degradations:
-            console.print(f"  [yellow]degraded[/yellow] {note}")
+            console.print(f"  [yellow]degraded[/yellow] {escape(note)}")
         steps = ", ".join(f"{k} {v:.0f} ms" for k, v in answer.timings_ms.items())
         console.print(f"timings: {steps}\nrun: {_ui_link(settings, answer.trace_id)}")
 
@@ -298,13 +329,14 @@ def ask(
 
 
 def _print_answer_body(answer: Answer) -> None:
-    console.print(f"{answer.answer}\n")
+    console.print(f"{escape(answer.answer)}\n")
     for c in answer.citations:
         console.print(
-            f"  [{c.number}] {c.title} › {c.heading_path}\n      {c.source}:{c.char_start}-{c.char_end}"
+            f"  [{c.number}] {escape(c.title)} › {escape(c.heading_path)}\n      "
+            f"{escape(c.source)}:{c.char_start}-{c.char_end}"
         )
     for note in answer.degradations:
-        console.print(f"  [yellow]degraded[/yellow] {note}")
+        console.print(f"  [yellow]degraded[/yellow] {escape(note)}")
 
 
 @app.command()
@@ -361,7 +393,7 @@ def chat(
                     break
             elif pending:
                 text = pending.pop(0)
-                console.print(f"[bold]you>[/bold] {text}")
+                console.print(f"[bold]you>[/bold] {escape(text)}")
             else:
                 break
             if not text:
@@ -401,6 +433,7 @@ def delete(
         doc = uuid.UUID(document_id)
     except ValueError:
         _usage_error(f"{document_id!r} is not a document id (a UUID)")
+    _check_tenant(tenant)
 
     async def run() -> None:
         rag = await _connect(settings)
@@ -448,7 +481,11 @@ def compact(
 def rebuild(
     grace: Annotated[
         float | None,
-        typer.Option(min=0, help="Seconds to keep the old generation; default from settings."),
+        typer.Option(
+            min=0,
+            max=30 * 86_400,  # RebuildInput's bound: checked here, before connecting
+            help="Seconds to keep the old generation; default from settings.",
+        ),
     ] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the switch and the drop.")] = True,
 ) -> None:
@@ -570,8 +607,9 @@ def eval_cmd(
         baseline = answers.load_baseline(set_name) if gate else None
     except ValueError as exc:
         _usage_error(str(exc))
-    if not corpus.is_dir():
+    if not _exists(corpus, folder=True):
         _usage_error(f"no corpus folder {corpus}")
+    _check_tenant(tenant)
     settings = _settings()
 
     async def run() -> EvalReport:
@@ -796,14 +834,14 @@ def history(
         stored = await rag.history(key.conversation_id, key.tenant)
         if stored is None:
             _usage_error(f"no conversation {conversation!r} for tenant {key.tenant!r}")
-        console.print(f"[bold]{stored.title}[/bold]  ({len(stored.turns)} turns)")
+        console.print(f"[bold]{escape(stored.title)}[/bold]  ({len(stored.turns)} turns)")
         if stored.summary:
             console.print(
                 f"summary through turn {stored.summarized_through}: [italic]{stored.summary}[/italic]"
             )
         for turn in stored.turns:
             cited = " ".join(f"[{c.number}] {c.title}" for c in turn.citations)
-            console.print(f"\n{turn.ordinal:>3} {turn.role}: {turn.text}")
+            console.print(f"\n{turn.ordinal:>3} {turn.role}: {escape(turn.text)}")
             if cited:
                 console.print(f"      cites {cited}")
             if turn.trace_id:

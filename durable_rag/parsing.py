@@ -7,7 +7,9 @@ Pure functions, no I/O apart from `read_source`. Every refusal is a `DocumentErr
 from __future__ import annotations
 
 import io
+import itertools
 import re
+import stat
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -41,7 +43,7 @@ class DocumentError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a file of tiny paragraphs makes millions of them
 class Block:
     """A run of body text under one heading path: `text[start:end]` of the parsed document."""
 
@@ -73,7 +75,13 @@ def content_type_for(source: str) -> str:
 def read_source(path: Path, max_bytes: int) -> bytes:
     """Read a file, refusing one over `max_bytes` before reading it whole."""
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise DocumentError(UNREADABLE, "is a directory, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            # Opening a FIFO blocks until someone writes to it; a device may never end.
+            raise DocumentError(UNREADABLE, "not a regular file (a pipe, socket or device)")
+        size = info.st_size
         if size > max_bytes:
             raise DocumentError(TOO_LARGE, f"{size} bytes is over the limit of {max_bytes} bytes")
         with path.open("rb") as handle:
@@ -84,6 +92,8 @@ def read_source(path: Path, max_bytes: int) -> bytes:
         raise DocumentError(UNREADABLE, "is a directory, not a file") from None
     except OSError as exc:
         raise DocumentError(UNREADABLE, f"cannot read file: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL or an unencodable character in the name
+        raise DocumentError(UNREADABLE, f"invalid file name: {exc}") from None
     if len(data) > max_bytes:
         raise DocumentError(TOO_LARGE, f"over the limit of {max_bytes} bytes")
     return data
@@ -130,7 +140,7 @@ def _paragraph_blocks(text: str, start: int, end: int, path: tuple[str, ...]) ->
     """Split text[start:end] on blank lines into blocks, trimming whitespace."""
     blocks = []
     pos = start
-    for match in [*_PARAGRAPH_BREAK.finditer(text, start, end), None]:
+    for match in itertools.chain(_PARAGRAPH_BREAK.finditer(text, start, end), [None]):
         stop = match.start() if match else end
         segment = text[pos:stop]
         stripped = segment.strip()
@@ -143,7 +153,9 @@ def _paragraph_blocks(text: str, start: int, end: int, path: tuple[str, ...]) ->
     return blocks
 
 
-_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
+# The closing `#`s are stripped in Python, not by a lazy group before `[ \t]*#*[ \t]*$`: that
+# regex backtracks cubically on a heading line with a long run of spaces (4 KB: minutes).
+_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
@@ -178,7 +190,7 @@ def _parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
         if not in_fence:
             atx = _ATX.match(line)
             if atx:
-                heading = (len(atx.group(1)), atx.group(2).strip())
+                heading = (len(atx.group(1)), atx.group(2).rstrip(" \t").rstrip("#").strip())
             elif (
                 line.strip()
                 and i + 1 < len(lines)
@@ -215,6 +227,12 @@ def _parse_text(text: str, fallback_title: str) -> ParsedDocument:
     return ParsedDocument(title, "text", text, blocks)
 
 
+# An attribute value as html.parser's start-tag regex reads it: quoted, or bare up to space or `>`.
+_ATTRIBUTE_VALUE = re.compile(r"""=\s*(?:"[^"]*"|'[^']*'|[^>\s'"]*)""")
+# Where that regex may start another attribute: after whitespace, a quote or a slash.
+_ATTRIBUTE_START = re.compile(r"""(?<=['"\s/])[^\s/>]""")
+
+
 class _HTMLText(HTMLParser):
     """Collects visible text by block element, with the heading stack."""
 
@@ -232,9 +250,17 @@ class _HTMLText(HTMLParser):
         "tr",
     }
     SKIP_TAGS: ClassVar[set[str]] = {"script", "style", "noscript", "template", "svg", "head"}
+    # Elements that never enclose anything (no end tag) or whose end tag HTML lets a page leave
+    # out: they do not count as nesting, or 300 `<br>` or unclosed `<li>` would read as deep.
+    FLAT_TAGS: ClassVar[set[str]] = {
+        "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+        "source", "track", "wbr", "html", "head", "body", "p", "li", "dt", "dd", "rt", "rp",
+        "optgroup", "option", "colgroup", "caption", "thead", "tbody", "tfoot", "tr", "td", "th",
+    }  # fmt: skip
     MAX_DEPTH = 256
+    MAX_ATTRIBUTES = 10_000
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self.blocks: list[Block] = []
@@ -243,9 +269,12 @@ class _HTMLText(HTMLParser):
         self._in_title = False
         self._heading: tuple[int, list[str]] | None = None
         self._skip = 0
-        self._depth = 0
+        self._open: list[str] = []
         self._current: list[str] = []
         self._length = 0
+        # Characters html.parser may still scan in vain: see _unterminated.
+        self._budget = budget
+        self._closing = False
 
     def _flush(self) -> None:
         body = " ".join(" ".join(self._current).split())
@@ -260,10 +289,67 @@ class _HTMLText(HTMLParser):
         self._length += len(body)
         self.blocks.append(Block(tuple(h for _, h in self.stack), start, self._length))
 
+    def close(self) -> None:
+        self._closing = True
+        super().close()
+
+    def _unterminated(self, i: int, end: int) -> int:
+        """Charge a construct that close() finds unterminated against the budget.
+
+        At close, html.parser scans to the end of the input for the terminator of every `<` that
+        opens a tag, comment or declaration and then falls back to text, so `<a<a<a…` or
+        `<!--x>` repeated costs the square of its length (400 KB of `<a`: minutes). Each such
+        fallback is charged what is left of the input; past the budget the document is refused.
+        """
+        if end < 0 and self._closing:
+            self._budget -= len(self.rawdata) - i
+            if self._budget < 0:
+                raise DocumentError(
+                    PARSE_ERROR,
+                    "malformed HTML: too many tags, comments or declarations left unterminated",
+                )
+        return end
+
+    def check_for_whole_start_tag(self, i: int) -> int:
+        """Refuse a start tag with absurdly many attributes before html.parser reads it.
+
+        Its start-tag regex keeps ~800 bytes of backtracking state per attribute: a 2 MB tag of
+        `a="1" ` peaked at 250 MB. Only a tag too long to be ordinary is counted, with every
+        value (a data: URI, an SVG path) collapsed first, so long values never count.
+        """
+        close = self.rawdata.find(">", i)
+        end = close if close >= 0 else len(self.rawdata)
+        if end - i > 65_536:
+            names = _ATTRIBUTE_VALUE.sub("=v ", self.rawdata[i:end])
+            starts = itertools.islice(_ATTRIBUTE_START.finditer(names), self.MAX_ATTRIBUTES + 1)
+            if sum(1 for _ in starts) > self.MAX_ATTRIBUTES:
+                raise DocumentError(
+                    PARSE_ERROR, f"an HTML tag with more than {self.MAX_ATTRIBUTES} attributes"
+                )
+        return int(super().check_for_whole_start_tag(i))
+
+    def parse_starttag(self, i: int) -> int:
+        return self._unterminated(i, super().parse_starttag(i))
+
+    def parse_endtag(self, i: int) -> int:
+        return self._unterminated(i, super().parse_endtag(i))
+
+    def parse_comment(self, i: int, report: bool = True) -> int:
+        return self._unterminated(i, super().parse_comment(i, report))
+
+    def parse_pi(self, i: int) -> int:
+        return self._unterminated(i, super().parse_pi(i))
+
+    def parse_html_declaration(self, i: int) -> int:
+        return self._unterminated(i, super().parse_html_declaration(i))
+
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._depth += 1
-        if self._depth > self.MAX_DEPTH:
-            raise DocumentError(PARSE_ERROR, f"HTML nested deeper than {self.MAX_DEPTH} elements")
+        if tag not in self.FLAT_TAGS:
+            self._open.append(tag)
+            if len(self._open) > self.MAX_DEPTH:
+                raise DocumentError(
+                    PARSE_ERROR, f"HTML nested deeper than {self.MAX_DEPTH} elements"
+                )
         if tag in self.SKIP_TAGS:
             self._skip += 1
         elif tag == "title":
@@ -275,7 +361,9 @@ class _HTMLText(HTMLParser):
             self._flush()
 
     def handle_endtag(self, tag: str) -> None:
-        self._depth = max(0, self._depth - 1)
+        if tag in self._open:
+            # As a browser does: an end tag also closes what was left open inside its element.
+            del self._open[len(self._open) - 1 - self._open[::-1].index(tag) :]
         if tag in self.SKIP_TAGS:
             self._skip = max(0, self._skip - 1)
         elif tag == "title":
@@ -303,7 +391,8 @@ class _HTMLText(HTMLParser):
 
 
 def _parse_html(text: str, fallback_title: str) -> ParsedDocument:
-    parser = _HTMLText()
+    # Ordinary pages leave nothing (or one stray `<` near the end) unterminated.
+    parser = _HTMLText(budget=2 * len(text) + 1_000_000)
     try:
         parser.feed(text)
         parser.close()

@@ -100,6 +100,8 @@ class Process:
     def spawn(
         self, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
     ) -> int:
+        if not pid_alive(self.pid()):
+            _kill_group(self.pid())
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
@@ -118,6 +120,7 @@ class Process:
     def stop(self, timeout: float = 20.0, sig: int = signal.SIGTERM) -> bool:
         pid = self.pid()
         if not pid_alive(pid):
+            _kill_group(pid)  # what a crashed process left behind
             self.pid_file.unlink(missing_ok=True)
             return False
         assert pid is not None
@@ -132,6 +135,7 @@ class Process:
                 _reap(pid)
                 time.sleep(0.05)
         _reap(pid)
+        _kill_group(pid)
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -143,6 +147,16 @@ class Process:
         return StackError(
             f"{self.name} {what}. Last lines of {self.log_file}:\n{_tail(self.log_file)}"
         )
+
+
+def _kill_group(pid: int | None) -> None:
+    """SIGKILL what is left of the process group `pid` led (parts start in a session of their
+    own). A worker that crashed leaves its children: vLLM's engine core and workers outlive a
+    SIGKILLed LLM worker, holding GBs of memory (or a GPU) until someone stops them. The leader is
+    dead here, so the group can only hold its orphans."""
+    if pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def _reap(pid: int) -> None:

@@ -54,3 +54,19 @@ def test_unreachable_temporal_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) 
     result = runner.invoke(app, ["search", "hello"])
     assert result.exit_code == 1
     assert "durable-rag up" in result.output
+
+
+def test_document_text_is_printed_as_text_never_as_markup(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Passages and answers quote documents: `arr[i]` or `[/x]` in them is text (Rich markup
+    would drop the first and crash on the second, after the answer was paid for)."""
+    from durable_rag import cli
+    from schemas.answer import Answer
+
+    answer = Answer.model_construct(
+        answer="use arr[i] and [/x] and [bold]", citations=[], degradations=["[/y] skipped"]
+    )
+    cli._print_answer_body(answer)
+    out = capsys.readouterr().out
+    assert "arr[i]" in out and "[/x]" in out and "[bold]" in out and "[/y] skipped" in out

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from durable_rag.settings import Settings
-from durable_rag.stack import EmbeddedStack, StackError, TemporalDevServer, free_port, pid_alive
+from durable_rag.stack import (
+    EmbeddedStack,
+    Process,
+    StackError,
+    TemporalDevServer,
+    free_port,
+    pid_alive,
+)
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -136,3 +145,28 @@ def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
     assert "stopped  index worker" in down.stdout and "stopped  gateway" in down.stdout
     assert "worker-llm" in run("status").stdout
     assert run("status").returncode == 1
+
+
+def test_what_a_crashed_part_left_behind_is_stopped_with_it(tmp_path: Path) -> None:
+    """A SIGKILLed LLM worker leaves vLLM's engine processes running (GBs each): stopping the
+    part, or starting it again, stops its whole process group."""
+    part = Process("part", tmp_path / "part.pid", tmp_path / "part.log")
+    child_pid_file = tmp_path / "child.pid"
+    part.spawn(["bash", "-c", f"sleep 300 & echo $! > {child_pid_file}; wait"])
+    deadline = time.monotonic() + 10
+    while not child_pid_file.exists() or not child_pid_file.read_text().strip():
+        assert time.monotonic() < deadline, "the child never started"
+        time.sleep(0.05)
+    child = int(child_pid_file.read_text())
+    leader = part.pid()
+    assert leader is not None
+    os.kill(leader, signal.SIGKILL)  # a crash: only the leader dies
+    while pid_alive(leader):
+        time.sleep(0.05)
+    assert pid_alive(child), "the orphan outlived its parent, as vLLM's do"
+    part.spawn(["sleep", "300"])  # starting the part again stops the orphans first
+    deadline = time.monotonic() + 5
+    while pid_alive(child):
+        assert time.monotonic() < deadline, "the orphan was not stopped"
+        time.sleep(0.05)
+    part.stop()

@@ -30,6 +30,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 from activities.documents import DocumentActivities  # noqa: E402
 from activities.vector_index import VectorIndexActivities  # noqa: E402
+from bench.load import QUESTIONS, SEED_DOCUMENTS, percentile  # noqa: E402
 from bench.services import bench_services  # noqa: E402
 from durable_rag.client import RagClient  # noqa: E402
 from durable_rag.db import make_sessionmaker  # noqa: E402
@@ -47,19 +48,6 @@ from workers import llm as llm_worker  # noqa: E402
 from workers import orchestrator  # noqa: E402
 from workers.common import connect  # noqa: E402
 from workflows.answer import estimate_tokens  # noqa: E402
-
-QUESTIONS = [
-    "Who designed the UTF-8 encoding?",
-    "Where did the Great Fire of London begin?",
-    "What does RuBisCO do in photosynthesis?",
-    "Who introduced the HNSW algorithm?",
-    "What causes spring tides?",
-]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def main_async(requests: int, max_tokens: int, json_path: Path | None = None) -> None:
@@ -91,9 +79,7 @@ async def main_async(requests: int, max_tokens: int, json_path: Path | None = No
         rag = RagClient(client, settings)
         corpus = work / "corpus"
         corpus.mkdir()
-        for name in ("technology/unicode-and-utf-8.md", "history/great-fire-of-london.md",
-                     "science/photosynthesis.md", "technology/vector-search-and-hnsw.md",
-                     "science/tides.txt"):  # fmt: skip
+        for name in SEED_DOCUMENTS:
             shutil.copy(ROOT / "corpus" / name, corpus)
 
         async def plain(question: str) -> None:

@@ -51,7 +51,6 @@ import gc
 import importlib.metadata
 import json
 import os
-import platform
 import resource
 import shutil
 import sys
@@ -71,6 +70,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
+from bench.report import machine as host  # noqa: E402
 from durable_rag import ids  # noqa: E402
 from durable_rag.index import IndexFilter, IndexPoint, VectorIndex, open_index  # noqa: E402
 from durable_rag.settings import PACKAGED_MINILM, Settings  # noqa: E402
@@ -432,18 +432,7 @@ def time_query_embedding() -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "python": platform.python_version(),
+    return host() | {
         "qdrant_edge_py": importlib.metadata.version("qdrant-edge-py"),
         "numpy": np.__version__,
         "load_average_1m": round(os.getloadavg()[0], 2),
@@ -464,7 +453,7 @@ def print_table(
         f"ef={settings.hnsw_ef_search}), limit {args.limit}, {args.queries} queries per row"
     )
     print(
-        f"machine: {mach['cpus']} CPUs, {mach['cpu_model']}, Python {mach['python']}, "
+        f"machine: {mach['cpus']} CPUs, {mach['cpu']}, Python {mach['python']}, "
         f"numpy {mach['numpy']}; load average {mach['load_average_at_start']} at the start, "
         f"{mach['load_average_1m']} at the end"
     )

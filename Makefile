@@ -58,11 +58,11 @@ down: venv
 status: venv
 	$(BIN)/durable-rag status
 
-# Every benchmark, each in its own process, composed into BENCHMARKS.md (~15 min on 2 CPUs).
+# Every benchmark, each in its own process, composed into BENCHMARKS.md (~10 min on 2 CPUs).
 bench: venv
 	$(BIN)/python bench/report.py
 
-# The whole fault matrix (8 faults on a stack of real processes, ~15 min); CI runs a subset.
+# The whole fault matrix (8 faults on a stack of real processes, ~10 min); CI runs a subset.
 faults: venv
 	$(BIN)/python bench/faults.py
 

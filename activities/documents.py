@@ -98,6 +98,17 @@ class DocumentActivities:
                 )
                 continue
             for candidate in candidates:
+                if not _utf8(candidate):
+                    # A name that is not UTF-8 on disk cannot travel in a payload or key a
+                    # document: this one file is unreadable, the others go on.
+                    failures.append(
+                        DocumentFailure(
+                            source=os.fsencode(candidate).decode("utf-8", "backslashreplace"),
+                            kind=parsing.UNREADABLE,
+                            message="the file name is not valid UTF-8: rename the file",
+                        )
+                    )
+                    continue
                 if candidate not in seen:
                     seen.add(candidate)
                     files.append(candidate)
@@ -454,3 +465,11 @@ class DocumentActivities:
         return HydrateOutput(
             passages=passages[: request.limit], stale_hits=len(request.hits) - len(passages)
         )
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

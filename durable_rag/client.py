@@ -123,9 +123,13 @@ class RagClient:
         return cls(await connect(settings), settings, sessions)
 
     def ingest_request(self, paths: Sequence[str], tenant: str | None = None) -> IngestRequest:
+        try:
+            absolute = [os.path.abspath(Path(p).expanduser()) for p in paths]
+        except RuntimeError as exc:  # `~user/...` of a user this machine does not know
+            raise ValueError(f"cannot expand a path: {exc}") from exc
         return IngestRequest(
             tenant=tenant or self.settings.default_tenant,
-            paths=[os.path.abspath(Path(p).expanduser()) for p in paths],
+            paths=absolute,
             batch_documents=self.settings.ingest_batch_documents,
             batches_per_run=self.settings.ingest_batches_per_run,
         )

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client
 
 from durable_rag import ids
 from durable_rag.embedding import Embedder
@@ -144,13 +144,6 @@ async def test_hostile_documents_fail_alone_and_nothing_else_is_lost(
             assert Path(found.passages[0].source).name == source, (question, found.passages)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WorkflowFailureError,
-    reason="a file whose name is not UTF-8 cannot be serialized into discover_files' result "
-    "(lone surrogates), so every attempt fails and the whole ingest fails with it; it should "
-    "be one unreadable document",
-)
 async def test_a_file_name_that_is_not_utf8_fails_alone(
     client: Client, database: Database, embedder: Embedder, tmp_path: Path
 ) -> None:

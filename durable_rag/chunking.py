@@ -7,6 +7,11 @@ their last sentences, up to `overlap` of the budget.
 
 Tokens are counted with the embedding model's own tokenizer, so a chunk's budget is what the
 encoder sees.
+
+Chunks are also bounded in characters. A word over 100 characters is one [UNK] token, so 512
+tokens can be a megabyte of text, and Postgres refuses a tsvector (`chunks.search`) over 1 MB:
+one such chunk failed the insert of its whole batch. `MAX_CHUNK_CHARS` and `MAX_HEADING_CHARS`
+keep any chunk's heading and text under about 90 KB of UTF-8, whatever the input.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from typing import Protocol
 from durable_rag.parsing import Block, ParsedDocument
 
 HEADING_SEPARATOR = " > "
+# Ordinary prose packs 512 tokens into about 2,500 characters; code, about 5,000.
+MAX_CHUNK_CHARS = 20_000
+# Per heading level; a heading is a title, and it is embedded and stored with every chunk.
+MAX_HEADING_CHARS = 300
 
 
 class Tokenizer(Protocol):
@@ -69,7 +78,7 @@ def chunk_document(
         raise ValueError("overlap must be in [0, 0.5)")
     chunks: list[ChunkDraft] = []
     for path, blocks in _sections(doc.blocks):
-        heading = HEADING_SEPARATOR.join(path)
+        heading = HEADING_SEPARATOR.join(_shorten(part) for part in path)
         # The heading is embedded with every chunk, so it takes part of the budget.
         heading_tokens = _count(tokenizer, [heading])[0] if heading else 0
         budget = max(chunk_tokens // 2, chunk_tokens - heading_tokens)
@@ -88,6 +97,10 @@ def chunk_document(
                 )
             )
     return chunks
+
+
+def _shorten(heading: str) -> str:
+    return heading if len(heading) <= MAX_HEADING_CHARS else heading[: MAX_HEADING_CHARS - 1] + "…"
 
 
 def _sections(blocks: Sequence[Block]) -> list[tuple[tuple[str, ...], list[Block]]]:
@@ -122,7 +135,7 @@ def _units(text: str, blocks: list[Block], tokenizer: Tokenizer, budget: int) ->
     counts = _count(tokenizer, [text[s:e] for s, e, _ in spans])
     units: list[_Unit] = []
     for (s, e, paragraph), tokens in zip(spans, counts, strict=True):
-        if tokens <= budget:
+        if tokens <= budget and e - s <= MAX_CHUNK_CHARS:
             units.append(_Unit(s, e, tokens, paragraph))
         else:
             units.extend(_split_long(text, s, e, paragraph, tokenizer, budget))
@@ -132,16 +145,31 @@ def _units(text: str, blocks: list[Block], tokenizer: Tokenizer, budget: int) ->
 def _split_long(
     text: str, start: int, end: int, paragraph: int, tokenizer: Tokenizer, budget: int
 ) -> list[_Unit]:
-    """Cut one over-long sentence into pieces of at most `budget` tokens, on token boundaries."""
+    """Cut one over-long sentence into pieces of at most `budget` tokens and `MAX_CHUNK_CHARS`
+    characters, on token boundaries; a single token longer than that is cut on characters."""
     encoded = tokenizer([text[start:end]], add_special_tokens=False, return_offsets_mapping=True)
-    offsets = encoded["offset_mapping"][0]
-    pieces = []
-    for i in range(0, len(offsets), budget):
-        window = offsets[i : i + budget]
-        s = start + int(window[0][0])  # type: ignore[index]
-        e = start + int(window[-1][1])  # type: ignore[index]
-        pieces.append(_Unit(s, e, len(window), paragraph))
+    offsets: list[tuple[int, int]] = encoded["offset_mapping"][0]  # type: ignore[assignment]
+    spans = [(start + s, start + e) for s, e in offsets]
+    pieces: list[_Unit] = []
+    first = 0  # the piece being built is spans[first:i]
+    for i, (s, e) in enumerate(spans):
+        if i > first and (i - first >= budget or e - spans[first][0] > MAX_CHUNK_CHARS):
+            pieces.append(_Unit(spans[first][0], spans[i - 1][1], i - first, paragraph))
+            first = i
+        if e - s > MAX_CHUNK_CHARS:
+            pieces.extend(_cut_token(text, s, e, paragraph, tokenizer))
+            first = i + 1
+    if first < len(spans):
+        pieces.append(_Unit(spans[first][0], spans[-1][1], len(spans) - first, paragraph))
     return pieces
+
+
+def _cut_token(
+    text: str, start: int, end: int, paragraph: int, tokenizer: Tokenizer
+) -> list[_Unit]:
+    cuts = [(s, min(s + MAX_CHUNK_CHARS, end)) for s in range(start, end, MAX_CHUNK_CHARS)]
+    counts = _count(tokenizer, [text[s:e] for s, e in cuts])
+    return [_Unit(s, e, n, paragraph) for (s, e), n in zip(cuts, counts, strict=True)]
 
 
 def _pack(units: list[_Unit], budget: int, overlap: float) -> list[tuple[int, int]]:
@@ -152,18 +180,30 @@ def _pack(units: list[_Unit], budget: int, overlap: float) -> list[tuple[int, in
     while start < len(units):
         end = start
         used = 0
-        while end < len(units) and used + units[end].tokens <= budget:
+        while (
+            end < len(units)
+            and used + units[end].tokens <= budget
+            and units[end].end - units[start].start <= MAX_CHUNK_CHARS
+        ):
             used += units[end].tokens
             end += 1
         end = max(end, start + 1)
         ranges.append((start, end))
         if end >= len(units):
             break
-        # Step back over trailing units that fit in the overlap, but always move forward.
+        # Step back over trailing units that fit in the overlap, but always move forward, and
+        # only as far as the next chunk still takes units[end]: else it repeats this one's tail.
         next_start = end
         carried = 0
-        while next_start - 1 > start and carried + units[next_start - 1].tokens <= overlap_budget:
-            carried += units[next_start - 1].tokens
+        while next_start - 1 > start:
+            unit = units[next_start - 1]
+            if (
+                carried + unit.tokens > overlap_budget
+                or carried + unit.tokens + units[end].tokens > budget
+                or units[end].end - unit.start > MAX_CHUNK_CHARS
+            ):
+                break
+            carried += unit.tokens
             next_start -= 1
         start = next_start
     return ranges

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import os
 import time
 import tracemalloc
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 
 from durable_rag import parsing
-from durable_rag.chunking import chunk_document
+from durable_rag.chunking import MAX_CHUNK_CHARS, MAX_HEADING_CHARS, chunk_document
 from durable_rag.parsing import DocumentError, ParsedDocument
 from tests.durable_rag.test_chunking import tokenizer as minilm_tokenizer
 
@@ -274,18 +275,40 @@ def test_a_name_the_os_cannot_take_is_unreadable_not_a_crash() -> None:
         assert info.value.kind == parsing.UNREADABLE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a chunk's tsvector (chunks.search: heading_path || text) can pass Postgres' 1 MB "
-    "limit: 'string is too long for tsvector'. The insert fails, stage_batch retries, and every "
-    "document of the batch fails as stage_failed. Words over 100 characters are one [UNK] token "
-    "each, so 512 tokens can be a megabyte; chunking (or the column) needs a bound in bytes",
-)
 def test_every_chunk_fits_a_postgres_tsvector(tokenizer: Any) -> None:
+    # Words over 100 characters are one [UNK] token each, so 512 tokens were a megabyte, and
+    # Postgres refused the chunk's tsvector ("string is too long for tsvector"): the insert
+    # failed, and with it every document of the batch.
     def words(count: int, tag: str) -> str:
         return " ".join(f"{tag}{i:05d}" + "q" * 2_030 for i in range(count))
 
-    data = f"# {words(300, 'h')}\n\n{words(256, 't')}\n".encode()  # 1.1 MB, far under the limit
-    chunks = chunk_document(parsing.parse(data, "markdown", "f"), tokenizer, 512, 0.15)
-    # Lexemes are at most the words' bytes; 900 KB leaves room for positions and headers.
-    assert all(len(f"{c.heading_path} {c.text}".encode()) < 900_000 for c in chunks)
+    data = f"# {words(300, 'h')}\n\n{words(256, 't')}\n".encode()  # 1.1 MB
+    doc = parsing.parse(data, "markdown", "f")
+    chunks = chunk_document(doc, tokenizer, 512, 0.15)
+    assert all(len(c.text) <= MAX_CHUNK_CHARS for c in chunks)
+    assert all(len(c.heading_path) <= MAX_HEADING_CHARS for c in chunks)
+    assert chunks[0].heading_path.startswith("h00000q") and chunks[0].heading_path.endswith("…")
+    # Nothing is dropped: the chunks cover the body, and each new chunk brings new text.
+    assert chunks[0].char_start == doc.blocks[0].start
+    assert chunks[-1].char_end == doc.blocks[-1].end
+    assert all(b.char_end > a.char_end for a, b in itertools.pairwise(chunks))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"a" * (3 * MAX_CHUNK_CHARS + 5),
+        b"Short. " + b"b" * (2 * MAX_CHUNK_CHARS) + b" tail words here.",
+        b"one two" + b" " * (3 * MAX_CHUNK_CHARS) + b"three four.",
+        ("\u00e9" * 150 + " ").encode() * 2_000,
+    ],
+    ids=["one-word", "word-between-words", "spaces-between-words", "long-accented-words"],
+)
+def test_chunks_are_bounded_in_characters(tokenizer: Any, data: bytes) -> None:
+    doc = parsing.parse(data, "text", "f")
+    chunks = chunk_document(doc, tokenizer, 512, 0.15)
+    assert chunks and all(0 < len(c.text) <= MAX_CHUNK_CHARS for c in chunks)
+    assert all(c.text == doc.text[c.char_start : c.char_end] for c in chunks)
+    assert all(c.token_count <= 512 for c in chunks)
+    covered = "".join(doc.text[a.char_start : b.char_start] for a, b in itertools.pairwise(chunks))
+    assert "".join((covered + chunks[-1].text).split()) == "".join(doc.text.split())

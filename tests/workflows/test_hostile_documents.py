@@ -68,6 +68,13 @@ PARSEABLE = {
     "poem.html": b"<p>The owl calls at dusk.<br>" + b"Hoot.<br>" * 300 + b"</p>",
     "entities.html": b"<p>Ampersands: " + b"&amp; " * 500 + b"</p>",
     "one-long-word.txt": b"z" * 200_000,
+    # 512 tokens of 2 KB words: its chunk's tsvector passed Postgres' 1 MB limit, and the insert
+    # failed the whole batch as stage_failed.
+    "long-words.md": b"# "
+    + b" ".join(b"h%05d" % i + b"q" * 2_030 for i in range(300))
+    + b"\n\n"
+    + b" ".join(b"t%05d" % i + b"q" * 2_030 for i in range(256))
+    + b"\n",
 }
 
 

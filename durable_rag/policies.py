@@ -334,10 +334,12 @@ DECLARED: dict[str, ActivityPolicy] = {
     "optimize_index": ActivityPolicy(
         queue=Queue.INDEX,
         start_to_close=timedelta(hours=1),
-        heartbeat=timedelta(minutes=2),
+        # Qdrant Edge's optimize() holds the GIL throughout (47-220 s at 100k points), so no
+        # heartbeat leaves the worker until it returns: 2 min could time out an attempt that works.
+        heartbeat=timedelta(minutes=15),
         retry=_retry(attempts=3, maximum=60),
         fallback=Fallback.SKIP,
-        expected_latency="seconds to minutes, with the index size",
+        expected_latency="about 1 min per 100k points (Qdrant Edge); none on the server",
     ),
     "vacuum_chunks": ActivityPolicy(
         queue=Queue.WORKFLOW,

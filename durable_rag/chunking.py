@@ -17,9 +17,12 @@ keep any chunk's heading and text under about 90 KB of UTF-8, whatever the input
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+import tokenizers
 
 from durable_rag.parsing import Block, ParsedDocument
 
@@ -120,10 +123,40 @@ _COUNT_BATCH = 4_096
 
 def _count(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
     counts: list[int] = []
+    counter = _counter(tokenizer)
     for first in range(0, len(texts), _COUNT_BATCH):
-        encoded = tokenizer(texts[first : first + _COUNT_BATCH], add_special_tokens=False)
-        counts.extend(len(ids) for ids in encoded["input_ids"])
+        batch = texts[first : first + _COUNT_BATCH]
+        if counter is not None:
+            counts.extend(
+                len(e.ids) for e in counter.encode_batch_fast(batch, add_special_tokens=False)
+            )
+        else:
+            encoded = tokenizer(batch, add_special_tokens=False)
+            counts.extend(len(ids) for ids in encoded["input_ids"])
     return counts
+
+
+# The Rust tokenizer behind a Hugging Face fast one counts about 4 times faster: the Python
+# wrapper turns every encoding into dicts (14 of 29 s on 500k sentences). It is a private copy,
+# because the shared one carries the truncation and padding (128 for MiniLM) of the last call.
+_COUNTERS: weakref.WeakKeyDictionary[object, tokenizers.Tokenizer] = weakref.WeakKeyDictionary()
+
+
+def _counter(tokenizer: Tokenizer) -> tokenizers.Tokenizer | None:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if not isinstance(backend, tokenizers.Tokenizer):
+        return None
+    try:
+        return _COUNTERS[tokenizer]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referenceable: no cache, so no copy either
+        return None
+    counter = tokenizers.Tokenizer.from_str(backend.to_str())
+    counter.no_truncation()
+    counter.no_padding()
+    _COUNTERS[tokenizer] = counter
+    return counter
 
 
 def _units(text: str, blocks: list[Block], tokenizer: Tokenizer, budget: int) -> list[_Unit]:

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from durable_rag import parsing
-from durable_rag.chunking import chunk_document
+from durable_rag.chunking import _count, chunk_document
 from durable_rag.embedding import load_tokenizer
 from durable_rag.settings import PACKAGED_MINILM
 
@@ -69,3 +69,17 @@ def test_invalid_overlap() -> None:
     doc = parsing.parse(b"# D\n\ntext", "markdown", "f")
     with pytest.raises(ValueError):
         chunk_document(doc, tokenizer(), 128, 0.6)
+
+
+def test_token_counts_match_the_tokenizer_and_ignore_its_truncation() -> None:
+    # A freshly loaded MiniLM's Rust tokenizer truncates and pads to 128; counting through it
+    # directly would cap every sentence at 128 tokens and chunks would overflow the budget.
+    fresh = load_tokenizer(PACKAGED_MINILM)
+    assert fresh.backend_tokenizer.truncation is not None  # else this test proves nothing
+    before = fresh.backend_tokenizer.truncation
+    texts = ["word " * 300, "Hi.", "", "naïve café, 東京 and emoji 🎉.", "x" * 5_000]
+    counts = _count(fresh, texts)  # before any call through the wrapper, which resets it
+    assert fresh.backend_tokenizer.truncation == before  # the shared tokenizer is untouched
+    expected = [len(ids) for ids in fresh(texts, add_special_tokens=False)["input_ids"]]
+    assert expected[0] == 300
+    assert counts == expected

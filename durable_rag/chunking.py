@@ -16,9 +16,10 @@ keep any chunk's heading and text under about 90 KB of UTF-8, whatever the input
 
 from __future__ import annotations
 
+import itertools
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,16 +63,14 @@ class _Unit:
 _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+|\n")
 
 
-def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    spans = []
+def _sentences(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     pos = start
     for match in _SENTENCE_END.finditer(text, start, end):
-        if match.start() > pos:
-            spans.append((pos, match.start()))
+        if match.start() > pos and not text[pos : match.start()].isspace():
+            yield pos, match.start()
         pos = match.end()
-    if pos < end:
-        spans.append((pos, end))
-    return [(s, e) for s, e in spans if text[s:e].strip()]
+    if pos < end and not text[pos:end].isspace():
+        yield pos, end
 
 
 def chunk_document(
@@ -160,18 +159,21 @@ def _counter(tokenizer: Tokenizer) -> tokenizers.Tokenizer | None:
 
 
 def _units(text: str, blocks: list[Block], tokenizer: Tokenizer, budget: int) -> list[_Unit]:
-    spans: list[tuple[int, int, int]] = []
-    for paragraph, block in enumerate(blocks):
-        spans.extend((s, e, paragraph) for s, e in _sentences(text, block.start, block.end))
-    if not spans:
-        return []
-    counts = _count(tokenizer, [text[s:e] for s, e, _ in spans])
+    # Sentences are counted a batch at a time, as they are found: a file of millions of tiny
+    # sentences never holds all their spans, texts and counts at once besides the units.
+    spans = (
+        (s, e, paragraph)
+        for paragraph, block in enumerate(blocks)
+        for s, e in _sentences(text, block.start, block.end)
+    )
     units: list[_Unit] = []
-    for (s, e, paragraph), tokens in zip(spans, counts, strict=True):
-        if tokens <= budget and e - s <= MAX_CHUNK_CHARS:
-            units.append(_Unit(s, e, tokens, paragraph))
-        else:
-            units.extend(_split_long(text, s, e, paragraph, tokenizer, budget))
+    while batch := list(itertools.islice(spans, _COUNT_BATCH)):
+        counts = _count(tokenizer, [text[s:e] for s, e, _ in batch])
+        for (s, e, paragraph), tokens in zip(batch, counts, strict=True):
+            if tokens <= budget and e - s <= MAX_CHUNK_CHARS:
+                units.append(_Unit(s, e, tokens, paragraph))
+            else:
+                units.extend(_split_long(text, s, e, paragraph, tokenizer, budget))
     return units
 
 
@@ -181,19 +183,22 @@ def _split_long(
     """Cut one over-long sentence into pieces of at most `budget` tokens and `MAX_CHUNK_CHARS`
     characters, on token boundaries; a single token longer than that is cut on characters."""
     encoded = tokenizer([text[start:end]], add_special_tokens=False, return_offsets_mapping=True)
+    # Offsets are relative to `start`; one tuple per token, so no second list of them is made.
     offsets: list[tuple[int, int]] = encoded["offset_mapping"][0]  # type: ignore[assignment]
-    spans = [(start + s, start + e) for s, e in offsets]
     pieces: list[_Unit] = []
-    first = 0  # the piece being built is spans[first:i]
-    for i, (s, e) in enumerate(spans):
-        if i > first and (i - first >= budget or e - spans[first][0] > MAX_CHUNK_CHARS):
-            pieces.append(_Unit(spans[first][0], spans[i - 1][1], i - first, paragraph))
+    first = 0  # the piece being built is offsets[first:i]
+    for i, (s, e) in enumerate(offsets):
+        if i > first and (i - first >= budget or e - offsets[first][0] > MAX_CHUNK_CHARS):
+            pieces.append(
+                _Unit(start + offsets[first][0], start + offsets[i - 1][1], i - first, paragraph)
+            )
             first = i
         if e - s > MAX_CHUNK_CHARS:
-            pieces.extend(_cut_token(text, s, e, paragraph, tokenizer))
+            pieces.extend(_cut_token(text, start + s, start + e, paragraph, tokenizer))
             first = i + 1
-    if first < len(spans):
-        pieces.append(_Unit(spans[first][0], spans[-1][1], len(spans) - first, paragraph))
+    if first < len(offsets):
+        last = len(offsets) - first
+        pieces.append(_Unit(start + offsets[first][0], start + offsets[-1][1], last, paragraph))
     return pieces
 
 

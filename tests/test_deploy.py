@@ -401,3 +401,22 @@ def test_grafana_provisioning_parses(services: dict[str, dict[str, Any]]) -> Non
         if isinstance(v, str) and v.startswith("./deploy/grafana/dashboards")
     }
     assert paths <= mounts, (paths, mounts)
+
+
+def test_production_temporal_dispatches_as_fast_as_the_dev_server_is_told_to(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The dev server's DYNAMIC_CONFIG keys are set in the production dynamic config too, and
+    the temporal service loads that file (bench/dispatch.py measures what the setting buys)."""
+    from durable_rag.stack import DYNAMIC_CONFIG
+
+    temporal = services["temporal"]
+    path = _environment(temporal)["DYNAMIC_CONFIG_FILE_PATH"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in temporal["volumes"]}
+    source = ROOT / mounts[f"/etc/temporal/{path}"]
+    production = yaml.safe_load(source.read_text())
+    assert production["limit.maxIDLength"][0]["value"] == 255  # auto-setup's own default, kept
+    for setting in DYNAMIC_CONFIG:
+        key, value = setting.split("=")
+        assert production[key][0]["value"] >= 100, key  # the default 20 costs ~50 ms a step
+        assert int(value) >= 100

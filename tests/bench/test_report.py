@@ -30,6 +30,15 @@ RESULTS: dict[str, dict[str, Any]] = {
         ],
         "overhead_p50_ms": 100.0,
     },
+    "dispatch": {
+        "name": "dispatch",
+        "rows": [
+            {"server": "durable-rag dev server settings", "p50_ms": 60.0, "p99_ms": 90.0},
+            {"server": "dev server defaults", "p50_ms": 350.0, "p99_ms": 360.0},
+        ],
+        "activities": 3,
+        "ratio_p50": 60.0 / 350.0,
+    },
     "vector_search": {
         "name": "vector_search",
         "rows": [{"size": 100_000, "filter": "tenant", "p50_ms": 3.0, "p99_ms": 7.5}],
@@ -65,13 +74,16 @@ def test_summary_puts_each_figure_beside_its_baseline_and_target() -> None:
     (vector,) = [r for f, r in rows.items() if f.startswith("vector search P99")]
     assert vector["ratio"] == 7.5 / 50 and vector["met"] is True
     assert rows["soak 60 s: P99 drift (last / first window)"]["durable-rag"] == 1.1
+    dispatch = rows["workflow of 3 no-op activities P50 (ms)"]
+    assert dispatch["plain-loop baseline"] == "350.0 (dev server defaults)"
+    assert (dispatch["durable-rag"], dispatch["met"]) == (60.0, True)
 
 
 def test_render_has_the_machine_every_section_and_the_recorded_runs() -> None:
     recorded = {"soak-30min": {**RESULTS["soak"], "title": "soak, 30 minutes", "note": "once"}}
     text = render(RESULTS, recorded, machine(), "2026-12-01 00:00 UTC")
     assert "**Machine:**" in text and "CPUs" in text
-    for heading in ("## Summary", "## Ingest", "## Answer", "## Vector search", "## Soak",
+    for heading in ("## Summary", "## Ingest", "## Answer", "## Task dispatch", "## Vector search", "## Soak",
                     "## Recorded: soak, 30 minutes"):  # fmt: skip
         assert heading in text, heading
     assert "Did not finish: `exit 1: boom`" in text  # a failed benchmark says so, never vanishes

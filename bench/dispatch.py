@@ -58,8 +58,9 @@ class Chain:
 async def measure(dynamic_config: tuple[str, ...], workflows: int, steps: int) -> list[float]:
     """Milliseconds per workflow, on a fresh dev server with `dynamic_config`."""
     data = Path(tempfile.mkdtemp(prefix="dispatch-"))
-    stack.DYNAMIC_CONFIG = dynamic_config
-    server = stack.TemporalDevServer(data, stack.free_port(), None, stack.free_port())
+    server = stack.TemporalDevServer(
+        data, stack.free_port(), None, stack.free_port(), dynamic_config=dynamic_config
+    )
     await asyncio.to_thread(server.start)
     try:
         client = await Client.connect(server.address)

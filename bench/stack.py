@@ -27,7 +27,6 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 
 from durable_rag import failpoints
 from durable_rag.llm.models import resolve_generator
-from durable_rag.policies import llm_queue
 from durable_rag.settings import PACKAGED_SMOLLM2, Settings
 from durable_rag.stack import (
     EmbeddedPostgres,
@@ -39,6 +38,7 @@ from durable_rag.stack import (
     spawn_worker,
     wait_worker_ready,
     worker_process,
+    worker_queue,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,13 +123,6 @@ class ProcessStack:
             shutil.copytree(self.data_dir / "logs", logs)
         shutil.rmtree(self.work, ignore_errors=True)
 
-    def queue(self, kind: str) -> str:
-        return {
-            "orchestrator": self.settings.workflow_task_queue,
-            "index": self.settings.index_task_queue,
-            "llm": llm_queue(self.settings.llm_name),
-        }[kind]
-
     def worker(self, kind: str) -> Process:
         return worker_process(self.data_dir, kind)
 
@@ -139,7 +132,7 @@ class ProcessStack:
             process,
             self.settings.temporal_address,
             self.settings.temporal_namespace,
-            self.queue(kind),
+            worker_queue(self.settings, kind),
             timeout=600 if kind == "llm" else 180,
         )
 

@@ -181,6 +181,17 @@ SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 DYNAMIC_CONFIG: tuple[str, ...] = ("history.transferProcessorMaxPollRPS=1000",)
 
 
+def worker_queue(settings: Settings, kind: str) -> str:
+    """The task queue a worker of `kind` (one of WORKER_KINDS) polls."""
+    from durable_rag.policies import llm_queue
+
+    return {
+        "orchestrator": settings.workflow_task_queue,
+        "index": settings.index_task_queue,
+        "llm": llm_queue(settings.llm_name),
+    }[kind]
+
+
 class TemporalDevServer:
     def __init__(
         self,
@@ -189,12 +200,14 @@ class TemporalDevServer:
         ui_port: int | None,
         metrics_port: int,
         namespace: str = "default",
+        dynamic_config: tuple[str, ...] = DYNAMIC_CONFIG,
     ) -> None:
         self.data_dir = data_dir
         self.port = port
         self.ui_port = ui_port
         self.metrics_port = metrics_port
         self.namespace = namespace
+        self.dynamic_config = dynamic_config
         self.process = Process(
             "Temporal dev server",
             data_dir / "run" / "temporal.pid",
@@ -235,7 +248,7 @@ class TemporalDevServer:
         ]  # fmt: skip
         for pragma in SQLITE_PRAGMAS:
             argv += ["--sqlite-pragma", pragma]
-        for value in DYNAMIC_CONFIG:
+        for value in self.dynamic_config:
             argv += ["--dynamic-config-value", value]
         argv += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
         self.process.spawn(argv)
@@ -521,13 +534,7 @@ class EmbeddedStack:
         self.postgres = EmbeddedPostgres(self.data_dir / "postgres", settings.postgres_port)
 
     def queue_for(self, kind: str) -> str:
-        from durable_rag.policies import llm_queue
-
-        return {
-            "orchestrator": self.settings.workflow_task_queue,
-            "index": self.settings.index_task_queue,
-            "llm": llm_queue(self.settings.llm_name),
-        }[kind]
+        return worker_queue(self.settings, kind)
 
     def up(
         self,

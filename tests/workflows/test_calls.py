@@ -8,13 +8,10 @@ a Postgres restart `store_answer` (local; fallback: answer uncached) failed the 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from temporalio import activity, workflow
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -23,8 +20,6 @@ from activities.answer_cache import AnswerCacheActivities
 from durable_rag import policies
 from schemas.answer import StoreAnswerInput
 from workflows.calls import best_effort, call
-
-TEST_SERVER = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "temporal-test-server"
 
 
 @activity.defn(name="store_answer")
@@ -52,15 +47,6 @@ class StoreOnce:
             "answer not cached",
         )
         return degradations
-
-
-@pytest.fixture(scope="module")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
-    environment = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
-    )
-    yield environment
-    await environment.shutdown()
 
 
 @pytest.mark.parametrize("answer", ["transient", "permanent"])

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -39,7 +36,6 @@ from schemas.ingest import (
 from tests.workflows.test_ingest import save_history
 from workflows.ingest import IngestWorkflow
 
-TEST_SERVER = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "temporal-test-server"
 FILES = [f"/docs/f{i}.md" for i in range(6)]
 
 
@@ -100,15 +96,6 @@ class Script:
             self.purge_superseded,
             self.discard_pending,
         ]
-
-
-@pytest.fixture(scope="module")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
-    environment = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
-    )
-    yield environment
-    await environment.shutdown()
 
 
 async def run_ingest(

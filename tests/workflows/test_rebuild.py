@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from durable_rag import policies
@@ -32,9 +30,9 @@ from schemas.rebuild import (
     VerifyOutput,
 )
 from tests.conftest import Database, Stack, make_settings
+from tests.workflows.conftest import start_time_skipping
 from tests.workflows.test_compaction import FIRST, LATER, copy
 from tests.workflows.test_ingest import save_history
-from tests.workflows.test_ingest_fallbacks import TEST_SERVER
 from tests.workflows.test_ingest_faults import worker_env
 from workflows.rebuild import RebuildIndexWorkflow
 
@@ -182,9 +180,7 @@ class StandIn:
 
 
 async def test_the_old_generation_is_dropped_only_after_the_grace_period() -> None:
-    environment = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
-    )
+    environment = await start_time_skipping()
     queue = f"rebuild-{uuid.uuid4().hex[:8]}"
     settings = make_settings(workflow_task_queue=queue, index_task_queue=queue)
     policies.configure(settings)

@@ -2,5 +2,5 @@
 
 Every activity takes one Pydantic model from `schemas/` and returns one. Permanent failures raise
 `ApplicationError(type=..., non_retryable=True)`; everything else is retried per the policy table in
-`durable_rag/policies.py`.
+`ragkit/policies.py`.
 """

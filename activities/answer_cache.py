@@ -16,8 +16,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
-from durable_rag.db import CachedAnswer, Document, DocumentStatus
-from durable_rag.retrieval import normalize_question
+from ragkit.db import CachedAnswer, Document, DocumentStatus
+from ragkit.retrieval import normalize_question
 from schemas.answer import CachedAnswerOutput, CacheKeyInput, Citation, StoreAnswerInput
 
 

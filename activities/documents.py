@@ -16,11 +16,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import beating
-from durable_rag import ids, parsing, policies, uploads
-from durable_rag.chunking import chunk_document
-from durable_rag.db import Chunk, Document, DocumentStatus, Upload, dead_chunk
-from durable_rag.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
-from durable_rag.retrieval import keyword_query
+from ragkit import ids, parsing, policies
+from ragkit.chunking import chunk_document
+from ragkit.db import Chunk, Document, DocumentStatus, Upload, dead_chunk
+from ragkit.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
+from ragkit.retrieval import keyword_query
+from ragkit.store import uploads
 from schemas.common import DocumentFailure, DocumentVersion
 from schemas.documents import DocumentRef, PurgeDocumentOutput, TombstoneOutput
 from schemas.ingest import (

@@ -6,8 +6,8 @@ import errno
 
 from temporalio.exceptions import ApplicationError
 
-from durable_rag.index import IndexConfigError, IndexUnavailableError
-from durable_rag.policies import INDEX_CONFIG, INVALID_INPUT
+from ragkit.index import IndexConfigError, IndexUnavailableError
+from ragkit.policies import INDEX_CONFIG, INVALID_INPUT
 
 
 def invalid_input(message: str) -> ApplicationError:

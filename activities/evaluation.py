@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
-from durable_rag.db import EvalReportRow
+from ragkit.db import EvalReportRow
 from schemas.evaluation import StoreEvalInput
 
 

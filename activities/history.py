@@ -11,63 +11,18 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
-from durable_rag import ids
-from durable_rag.db import Conversation, Summary, Turn
-from durable_rag.memory import render_summary
-from schemas.answer import Citation
+from ragkit import ids
+from ragkit.db import Conversation, Summary, Turn
+from ragkit.store import history
 from schemas.conversation import (
     AppendTurnInput,
-    ConversationHistory,
     ConversationKey,
     LoadedConversation,
     SaveSummaryInput,
-    StoredTurn,
     TurnMessage,
 )
 
 TITLE_CHARS = 80
-
-
-def read_history(session: Session, key: ConversationKey) -> ConversationHistory | None:
-    """The whole stored conversation, oldest turn first; None if there is none."""
-    conversation = session.get(Conversation, ids.conversation_id(key.tenant, key.conversation_id))
-    if conversation is None:
-        return None
-    summary = _latest_summary(session, conversation.id)
-    turns = session.scalars(
-        select(Turn).where(Turn.conversation_id == conversation.id).order_by(Turn.ordinal)
-    ).all()
-    return ConversationHistory(
-        tenant=key.tenant,
-        conversation_id=key.conversation_id,
-        title=conversation.title,
-        summary=render_summary(summary.facts, summary.text) if summary else "",
-        summarized_through=summary.summarized_through if summary else -1,
-        turns=[
-            StoredTurn(
-                ordinal=t.ordinal,
-                role=t.role,  # type: ignore[arg-type]
-                text=t.text,
-                citations=[Citation.model_validate(c) for c in t.citations],
-                trace_id=t.trace_id,
-                model=t.model,
-                degradations=list(t.degradations),
-                prompt_tokens=t.prompt_tokens,
-                completion_tokens=t.completion_tokens,
-                created_at=t.created_at,
-            )
-            for t in turns
-        ],
-    )
-
-
-def _latest_summary(session: Session, conversation: object) -> Summary | None:
-    return session.scalars(
-        select(Summary)
-        .where(Summary.conversation_id == conversation)
-        .order_by(Summary.summarized_through.desc())
-        .limit(1)
-    ).first()
 
 
 class HistoryActivities:
@@ -81,7 +36,7 @@ class HistoryActivities:
         with self.sessions() as session:
             if session.get(Conversation, conversation_id) is None:
                 return LoadedConversation(exists=False)
-            summary = _latest_summary(session, conversation_id)
+            summary = history.latest_summary(session, conversation_id)
             through = summary.summarized_through if summary else -1
             turns = session.scalars(
                 select(Turn)
@@ -139,7 +94,7 @@ class HistoryActivities:
     def save_summary(self, request: SaveSummaryInput) -> None:
         conversation_id = ids.conversation_id(request.tenant, request.conversation_id)
         with self.sessions.begin() as session:
-            latest = _latest_summary(session, conversation_id)
+            latest = history.latest_summary(session, conversation_id)
             if latest is not None and latest.summarized_through >= request.summarized_through:
                 return  # a retry, or an older fold: the newer summary stays
             session.add(

@@ -1,7 +1,7 @@
 """Inference activities: generation on an LLM worker's engine (vLLM in process, or OpenAI-compatible).
 
 The activity heartbeats while tokens arrive and, for a request with a `stream_id`, publishes the
-text as it grows (durable_rag/streaming.py). A workflow cancellation reaches it through the next
+text as it grows (ragkit/streaming.py). A workflow cancellation reaches it through the next
 heartbeat as a cancelled task, and the engine aborts the request: no tokens are generated after it.
 """
 
@@ -13,16 +13,16 @@ import contextlib
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_rag import policies
-from durable_rag.llm.engine import Generation, LLMEngine, PromptTooLongError
-from durable_rag.metrics import (
+from ragkit import policies
+from ragkit.llm.engine import Generation, LLMEngine, PromptTooLongError
+from ragkit.metrics import (
     LLM_FIRST_TOKEN_SECONDS,
     LLM_GENERATION_TOKENS,
     LLM_TOKENS,
     STEP_SECONDS,
 )
-from durable_rag.retrieval import REWRITE_PROMPT, SUMMARY_PROMPT, clean_rewrite
-from durable_rag.streaming import TokenEvent, TokenPublisher
+from ragkit.retrieval import REWRITE_PROMPT, SUMMARY_PROMPT, clean_rewrite
+from ragkit.streaming import TokenEvent, TokenPublisher
 from schemas.answer import GenerateInput, GenerateOutput, RewriteInput, RewriteOutput
 from schemas.conversation import SummarizeInput, SummarizeOutput
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_rag import policies
-from durable_rag.rerank import Reranker
+from ragkit import policies
+from ragkit.rerank import Reranker
 from schemas.answer import RerankInput, RerankOutput
 
 

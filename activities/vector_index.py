@@ -18,12 +18,12 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import index_error
 from activities.heartbeat import beating
-from durable_rag import failpoints, policies
-from durable_rag.db import Chunk, Document, GenerationStatus, IndexGeneration, dead_chunk
-from durable_rag.embedding import Embedder
-from durable_rag.index import IndexFilter, IndexPoint, VectorIndex
-from durable_rag.index.generations import Generations
-from durable_rag.metrics import CHUNKS_EMBEDDED, STEP_SECONDS
+from ragkit import failpoints, policies
+from ragkit.db import Chunk, Document, GenerationStatus, IndexGeneration, dead_chunk
+from ragkit.embedding import Embedder
+from ragkit.index import IndexFilter, IndexPoint, VectorIndex
+from ragkit.index.generations import Generations
+from ragkit.metrics import CHUNKS_EMBEDDED, STEP_SECONDS
 from schemas.documents import DocumentRef
 from schemas.ingest import DocumentsInput, IndexDocumentsOutput
 from schemas.maintenance import CompactionInput, IndexStats, SweepIndexOutput
@@ -49,7 +49,7 @@ def embedding_text(heading_path: str, text: str) -> str:
 
 class VectorIndexActivities:
     """Writes reach every generation being written (the active one, and one being rebuilt);
-    queries read the active one (durable_rag/index/generations.py)."""
+    queries read the active one (ragkit/index/generations.py)."""
 
     def __init__(
         self, generations: Generations, embedder: Embedder, sessions: sessionmaker[Session]

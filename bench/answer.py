@@ -33,21 +33,27 @@ from activities.vector_index import VectorIndexActivities  # noqa: E402
 from bench.load import QUESTIONS, SEED_DOCUMENTS, percentile  # noqa: E402
 from bench.services import bench_services  # noqa: E402
 from durable_rag.client import RagClient  # noqa: E402
-from durable_rag.db import make_sessionmaker  # noqa: E402
-from durable_rag.embedding import load_embedder  # noqa: E402
-from durable_rag.index import open_index  # noqa: E402
-from durable_rag.index.generations import Generations  # noqa: E402
-from durable_rag.llm.engine import EngineConfig, VllmEngine  # noqa: E402
-from durable_rag.llm.models import resolve_generator  # noqa: E402
-from durable_rag.retrieval import SYSTEM_PROMPT, Scored, assemble_context, build_prompt, fuse  # noqa: E402
-from durable_rag.settings import PACKAGED_MINILM  # noqa: E402
+from ragkit.db import make_sessionmaker  # noqa: E402
+from ragkit.embedding import load_embedder  # noqa: E402
+from ragkit.index import open_index  # noqa: E402
+from ragkit.index.generations import Generations  # noqa: E402
+from ragkit.llm.engine import EngineConfig, VllmEngine  # noqa: E402
+from ragkit.llm.models import resolve_generator  # noqa: E402
+from ragkit.retrieval import (  # noqa: E402
+    SYSTEM_PROMPT,
+    Scored,
+    assemble_context,
+    build_prompt,
+    estimate_tokens,
+    fuse,
+)
+from ragkit.settings import PACKAGED_MINILM  # noqa: E402
+from ragkit.temporal import connect  # noqa: E402
 from schemas.answer import AskRequest  # noqa: E402
 from schemas.search import DenseSearchInput, HydrateInput, KeywordSearchInput, VectorHit  # noqa: E402
 from workers import index as index_worker  # noqa: E402
 from workers import llm as llm_worker  # noqa: E402
 from workers import orchestrator  # noqa: E402
-from workers.common import connect  # noqa: E402
-from workflows.answer import estimate_tokens  # noqa: E402
 
 
 async def main_async(requests: int, max_tokens: int, json_path: Path | None = None) -> None:

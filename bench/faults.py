@@ -39,7 +39,7 @@ from bench.load import (  # noqa: E402
     verify_postgres,
 )
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
-from workers.common import connect  # noqa: E402
+from ragkit.temporal import connect  # noqa: E402
 
 EMBEDDING_DIMENSION = 384  # the packaged MiniLM the index worker loads
 

@@ -33,18 +33,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 from activities.vector_index import embedding_text  # noqa: E402
-from durable_rag import ids, parsing, policies  # noqa: E402
-from durable_rag.chunking import chunk_document  # noqa: E402
 from durable_rag.client import RagClient, ingest_workflow_id  # noqa: E402
-from durable_rag.db import make_sessionmaker  # noqa: E402
-from durable_rag.embedding import Embedder, load_embedder  # noqa: E402
-from durable_rag.index import IndexPoint, open_index  # noqa: E402
-from durable_rag.metrics import STEP_SECONDS  # noqa: E402
-from durable_rag.settings import PACKAGED_MINILM, Settings  # noqa: E402
 from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate  # noqa: E402
+from ragkit import ids, parsing, policies  # noqa: E402
+from ragkit.chunking import chunk_document  # noqa: E402
+from ragkit.db import make_sessionmaker  # noqa: E402
+from ragkit.embedding import Embedder, load_embedder  # noqa: E402
+from ragkit.index import IndexPoint, open_index  # noqa: E402
+from ragkit.metrics import STEP_SECONDS  # noqa: E402
+from ragkit.settings import PACKAGED_MINILM, Settings  # noqa: E402
+from ragkit.temporal import connect  # noqa: E402
 from workers import index as index_worker  # noqa: E402
 from workers import orchestrator  # noqa: E402
-from workers.common import connect  # noqa: E402
 
 
 def make_corpus(target: Path, copies: int) -> list[Path]:

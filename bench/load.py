@@ -28,8 +28,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
-from durable_rag.index import open_index
-from durable_rag.settings import Settings
+from ragkit.index import open_index
+from ragkit.settings import Settings
 from schemas.answer import Answer, AskRequest
 from workflows.answer import AnswerWorkflow
 

@@ -27,14 +27,14 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 from bench.services import bench_services  # noqa: E402
 from durable_rag.client import RagClient  # noqa: E402
-from durable_rag.db import make_sessionmaker  # noqa: E402
-from durable_rag.embedding import load_embedder  # noqa: E402
-from durable_rag.index import open_index  # noqa: E402
-from durable_rag.settings import PACKAGED_MINILM  # noqa: E402
 from evals.retrieval import Scores, evaluate, load_questions, table, write_corpus  # noqa: E402
+from ragkit.db import make_sessionmaker  # noqa: E402
+from ragkit.embedding import load_embedder  # noqa: E402
+from ragkit.index import open_index  # noqa: E402
+from ragkit.settings import PACKAGED_MINILM  # noqa: E402
+from ragkit.temporal import connect  # noqa: E402
 from workers import index as index_worker  # noqa: E402
 from workers import orchestrator  # noqa: E402
-from workers.common import connect  # noqa: E402
 
 TENANT = "eval"
 

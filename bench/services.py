@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from durable_rag import policies
-from durable_rag.settings import Settings
 from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate
+from ragkit import policies
+from ragkit.settings import Settings
 
 
 @asynccontextmanager

@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.load import MixedLoad, Outcome, latency_summary  # noqa: E402
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
-from workers.common import connect  # noqa: E402
+from ragkit.temporal import connect  # noqa: E402
 
 MB = 1024 * 1024
 

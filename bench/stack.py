@@ -25,9 +25,6 @@ from typing import Any
 import psutil
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from durable_rag import failpoints
-from durable_rag.llm.models import resolve_generator
-from durable_rag.settings import PACKAGED_SMOLLM2, Settings
 from durable_rag.stack import (
     EmbeddedPostgres,
     Process,
@@ -40,6 +37,9 @@ from durable_rag.stack import (
     worker_process,
     worker_queue,
 )
+from ragkit import failpoints
+from ragkit.llm.models import resolve_generator
+from ragkit.settings import PACKAGED_SMOLLM2, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_KINDS = ("orchestrator", "index", "llm")

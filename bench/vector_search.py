@@ -71,9 +71,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 from bench.report import machine as host  # noqa: E402
-from durable_rag import ids  # noqa: E402
-from durable_rag.index import IndexFilter, IndexPoint, VectorIndex, open_index  # noqa: E402
-from durable_rag.settings import PACKAGED_MINILM, Settings  # noqa: E402
+from ragkit import ids  # noqa: E402
+from ragkit.index import IndexFilter, IndexPoint, VectorIndex, open_index  # noqa: E402
+from ragkit.settings import PACKAGED_MINILM, Settings  # noqa: E402
 
 DIMENSION = 384
 TOPICS = 300
@@ -404,7 +404,7 @@ def run_size(
 
 def time_query_embedding() -> dict[str, Any]:
     """Load the packaged MiniLM and time query embeddings, as `dense_search` does first."""
-    from durable_rag.embedding import load_embedder
+    from ragkit.embedding import load_embedder
 
     began = time.perf_counter()
     try:

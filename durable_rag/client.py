@@ -23,10 +23,12 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.history import read_history
-from durable_rag import ids, models, prompts, uploads
-from durable_rag.db import make_sessionmaker
-from durable_rag.settings import Settings
+from ragkit import ids, prompts
+from ragkit.db import make_sessionmaker
+from ragkit.settings import Settings
+from ragkit.store import model_alias, uploads
+from ragkit.store.history import read_history
+from ragkit.temporal import connect
 from schemas.answer import (
     Answer,
     AnswerPlan,
@@ -58,7 +60,6 @@ from schemas.search import (
     SearchResponse,
     SearchWorkflowInput,
 )
-from workers.common import connect
 from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow, conversation_workflow_id
@@ -347,7 +348,9 @@ class RagClient:
     async def default_model(self) -> str:
         """The model new answers go to: the `default` alias a swap sets, else the settings'."""
         try:
-            return await asyncio.to_thread(models.active, self.sessions, self.settings.llm_name)
+            return await asyncio.to_thread(
+                model_alias.active, self.sessions, self.settings.llm_name
+            )
         except SQLAlchemyError as exc:
             # Answering needs Postgres anyway; this keeps the error where it belongs.
             log.warning("cannot read the default model (%s); using %s", exc, self.settings.llm_name)

@@ -31,8 +31,8 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_rag import ids
-from durable_rag.settings import Settings
+from ragkit import ids
+from ragkit.settings import Settings
 from schemas.common import Contract
 from schemas.maintenance import CompactionInput
 from schemas.rebuild import RebuildInput

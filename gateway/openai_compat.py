@@ -12,10 +12,10 @@ import json
 import time
 from typing import Any
 
-from durable_rag.settings import Settings
+from ragkit.retrieval import estimate_tokens
+from ragkit.settings import Settings
 from schemas.answer import Answer, AskRequest, ChatMessage, ConversationWindow
 from schemas.gateway import ChatCompletionBody
-from workflows.answer import estimate_tokens
 
 PATHS = ("/v1/chat/completions", "/v1/models")
 # The name that means "whatever this deployment answers with".

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import uvicorn
 
-from durable_rag.logs import setup_logging
-from durable_rag.settings import Settings
 from gateway.app import create_app
+from ragkit.logs import setup_logging
+from ragkit.settings import Settings
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:

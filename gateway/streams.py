@@ -1,4 +1,4 @@
-"""Relay a generation's token stream (durable_rag/streaming.py) to one HTTP request."""
+"""Relay a generation's token stream (ragkit/streaming.py) to one HTTP request."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from durable_rag.streaming import TokenEvent
+from ragkit.streaming import TokenEvent
 
 # After the workflow's result arrives, how long to wait for the stream's last text: it was
 # published before the activity returned, but travels on another connection.

@@ -5,8 +5,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from durable_rag.db import Base
-from durable_rag.settings import Settings
+from ragkit.db import Base
+from ragkit.settings import Settings
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):

@@ -34,7 +34,7 @@ class AskRequest(Contract):
 
 
 class PromptTemplate(Contract):
-    """One version of the answer prompt (durable_rag/prompts/<id>.toml)."""
+    """One version of the answer prompt (ragkit/prompts/<id>.toml)."""
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
     hash: str = Field(description="sha256 of the template file's bytes (16 hex digits).")
@@ -62,7 +62,7 @@ DEFAULT_HARD_WORDS = (
 
 
 class RoutingPlan(Contract):
-    """The router's rules (durable_rag/routing.py), from settings."""
+    """The router's rules (ragkit/routing.py), from settings."""
 
     small_model: ModelName
     large_model: ModelName

@@ -25,7 +25,7 @@ class DocumentVersion(Contract):
 
 
 class DocumentFailure(Contract):
-    """Why one document was not ingested. `kind` is stable: see durable_rag.parsing."""
+    """Why one document was not ingested. `kind` is stable: see ragkit.parsing."""
 
     source: str
     kind: str

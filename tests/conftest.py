@@ -31,15 +31,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from durable_rag import policies
-from durable_rag.db import make_sessionmaker
-from durable_rag.embedding import Embedder, load_embedder
-from durable_rag.index import VectorIndex, open_index
-from durable_rag.llm.engine import EngineConfig, VllmEngine
-from durable_rag.llm.models import PACKAGED_SMOLLM2, resolve_generator
-from durable_rag.settings import PACKAGED_MINILM, Settings
 from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate
-from workers.common import connect
+from ragkit import policies
+from ragkit.db import make_sessionmaker
+from ragkit.embedding import Embedder, load_embedder
+from ragkit.index import VectorIndex, open_index
+from ragkit.llm.engine import EngineConfig, VllmEngine
+from ragkit.llm.models import PACKAGED_SMOLLM2, resolve_generator
+from ragkit.settings import PACKAGED_MINILM, Settings
+from ragkit.temporal import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"

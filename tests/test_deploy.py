@@ -220,7 +220,7 @@ def test_compose_env_vars_are_settings_fields(compose: dict[str, Any]) -> None:
         names |= {k for k in _environment(service) if k.startswith(ENV_PREFIX)}
     assert names, "no DURABLE_RAG_* variables found in docker-compose.yml"
 
-    from durable_rag.settings import Settings
+    from ragkit.settings import Settings
 
     unknown = sorted(
         name for name in names if name.removeprefix(ENV_PREFIX).lower() not in Settings.model_fields
@@ -339,14 +339,13 @@ def test_ingestion_dashboard_queries_the_app_metrics() -> None:
 
 def test_dashboards_query_only_metrics_the_code_exports() -> None:
     """Every durable_rag_* name a dashboard queries is a family the code defines."""
-    import durable_rag.gpu
-    import durable_rag.metrics
+    import ragkit.gpu
+    import ragkit.metrics
 
     defined = set(
         re.findall(
             r'"(durable_rag_[a-z0-9_]+)"',
-            Path(durable_rag.metrics.__file__).read_text()
-            + Path(durable_rag.gpu.__file__).read_text(),
+            Path(ragkit.metrics.__file__).read_text() + Path(ragkit.gpu.__file__).read_text(),
         )
     )
     suffixes = ("_bucket", "_sum", "_count", "_total")

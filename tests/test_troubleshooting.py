@@ -7,7 +7,7 @@ PromQL syntax and in-page links. Each is checked against the code, the deploymen
 installed package that exports the name.
 
 Metric names use the same sources as tests/test_deploy.py's dashboard check:
-- `durable_rag_*`: a family defined in durable_rag/metrics.py or durable_rag/gpu.py. This is the
+- `durable_rag_*`: a family defined in ragkit/metrics.py or ragkit/gpu.py. This is the
   same pattern and the same Prometheus suffixes as
   `test_dashboards_query_only_metrics_the_code_exports`;
 - `temporal_*`: a metric the installed Temporal SDK core registers. The runtime adds the
@@ -124,14 +124,13 @@ def _words(rest: str) -> list[str]:
 @functools.cache
 def code_metrics() -> frozenset[str]:
     """Families the code defines: the dashboard test's source and pattern."""
-    import durable_rag.gpu
-    import durable_rag.metrics
+    import ragkit.gpu
+    import ragkit.metrics
 
     return frozenset(
         re.findall(
             r'"(durable_rag_[a-z0-9_]+)"',
-            Path(durable_rag.metrics.__file__).read_text()
-            + Path(durable_rag.gpu.__file__).read_text(),
+            Path(ragkit.metrics.__file__).read_text() + Path(ragkit.gpu.__file__).read_text(),
         )
     )
 
@@ -225,7 +224,7 @@ def degradation_kinds() -> frozenset[str]:
 @functools.cache
 def label_values() -> dict[tuple[str, str], frozenset[str]]:
     """Allowed values by (metric family or "*", label), from the code that sets them."""
-    from durable_rag import policies
+    from ragkit import policies
     from schemas.answer import Answer
 
     gateway = (ROOT / "gateway" / "app.py").read_text()
@@ -272,7 +271,7 @@ def label_values() -> dict[tuple[str, str], frozenset[str]]:
 
 
 def label_problem(metric: str, label: str, value: str) -> str | None:
-    from durable_rag.settings import Settings
+    from ragkit.settings import Settings
 
     if label == "task_queue":
         fields = Settings.model_fields
@@ -296,7 +295,7 @@ def label_problem(metric: str, label: str, value: str) -> str | None:
 
 
 def check_metrics(text: str) -> tuple[list[str], list[str]]:
-    from durable_rag.streaming import CHANNEL  # the NOTIFY channel is named like a metric
+    from ragkit.streaming import CHANNEL  # the NOTIFY channel is named like a metric
 
     found = sorted({m.rstrip(":") for m in METRIC.findall(text)} - {CHANNEL})
     problems = [f"{name}: no exported metric has this name" for name in found]
@@ -324,7 +323,7 @@ def _options(command: Any) -> set[str]:
 
 @functools.cache
 def _cli() -> Any:
-    from durable_rag.cli import app
+    from cli import app
 
     return typer.main.get_command(app)
 
@@ -413,11 +412,11 @@ def check_compose(text: str) -> tuple[list[str], list[str]]:
 
 
 def check_settings(text: str) -> tuple[list[str], list[str]]:
-    from durable_rag.settings import Settings
+    from ragkit.settings import Settings
 
     found = sorted(set(ENV_NAME.findall(text)))
     problems = [
-        f"{name}: not a field of durable_rag.settings.Settings"
+        f"{name}: not a field of ragkit.settings.Settings"
         for name in found
         if name.removeprefix(ENV_PREFIX).lower() not in Settings.model_fields
     ]
@@ -428,7 +427,7 @@ def check_assignments(text: str) -> tuple[list[str], list[str]]:
     """Each `DURABLE_RAG_X=value` in the guide is a value Settings accepts."""
     from pydantic import ValidationError
 
-    from durable_rag.settings import Settings
+    from ragkit.settings import Settings
 
     found, problems = [], []
     saved = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}

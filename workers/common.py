@@ -11,8 +11,6 @@ from typing import Any
 
 from prometheus_client import start_http_server
 from temporalio import activity
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import CancelledError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
@@ -22,8 +20,8 @@ from temporalio.worker import (
     Worker,
 )
 
-from durable_rag import failpoints, metrics
-from durable_rag.settings import Settings
+from ragkit import failpoints, metrics
+from ragkit.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -103,40 +101,6 @@ class _ActivityMetricsInbound(ActivityInboundInterceptor):
             metrics.ACTIVITY_SECONDS.labels(info.activity_type, outcome).observe(
                 time.perf_counter() - started
             )
-
-
-async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
-    return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
-        runtime=runtime or Runtime.default(),
-    )
-
-
-async def queue_has_poller(client: Client, queue: str, pid: int | None = None) -> bool:
-    """Whether a worker polls `queue` for activity or workflow tasks (with `pid`: that process).
-    A worker polls only once its model is loaded, so this is what readiness checks."""
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-    from temporalio.service import RPCError
-
-    kinds = [TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW]
-    try:
-        for kind in kinds:
-            response = await client.workflow_service.describe_task_queue(
-                DescribeTaskQueueRequest(
-                    namespace=client.namespace,
-                    task_queue=TaskQueue(name=queue),
-                    task_queue_type=kind,
-                )
-            )
-            if any(pid is None or p.identity.startswith(f"{pid}@") for p in response.pollers):
-                return True
-    except RPCError:
-        return False
-    return False
 
 
 async def run_until_signalled(

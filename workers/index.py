@@ -19,17 +19,18 @@ from temporalio.worker import Worker
 
 from activities.rerank import RerankActivities
 from activities.vector_index import VectorIndexActivities
-from durable_rag import policies
 from durable_rag.client import RagClient
-from durable_rag.db import IndexGeneration, make_sessionmaker
-from durable_rag.embedding import Embedder, load_embedder
-from durable_rag.gpu import register_gpu_metrics
-from durable_rag.index import VectorIndex
-from durable_rag.index.generations import Generations
-from durable_rag.logs import setup_logging
-from durable_rag.rerank import Reranker, load_reranker
-from durable_rag.settings import Settings
-from workers.common import connect, make_runtime, run_until_signalled, worker_interceptors
+from ragkit import policies
+from ragkit.db import IndexGeneration, make_sessionmaker
+from ragkit.embedding import Embedder, load_embedder
+from ragkit.gpu import register_gpu_metrics
+from ragkit.index import VectorIndex
+from ragkit.index.generations import Generations
+from ragkit.logs import setup_logging
+from ragkit.rerank import Reranker, load_reranker
+from ragkit.settings import Settings
+from ragkit.temporal import connect
+from workers.common import make_runtime, run_until_signalled, worker_interceptors
 
 log = logging.getLogger(__name__)
 

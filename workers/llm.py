@@ -3,7 +3,7 @@
 It loads the engine first and polls only once the model is ready (readiness, R15). Its activity
 slots (llm_max_concurrent_generations) bound the generations in flight; the engine batches them
 continuously (R10). Heartbeats go out every 200 ms so a cancellation reaches the engine fast.
-Streamed generations publish their text on Postgres NOTIFY (durable_rag/streaming.py).
+Streamed generations publish their text on Postgres NOTIFY (ragkit/streaming.py).
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.inference import InferenceActivities
-from durable_rag import policies
-from durable_rag.gpu import register_gpu_metrics
-from durable_rag.llm.engine import EngineConfig, LLMEngine, OpenAIEngine, VllmEngine
-from durable_rag.llm.models import resolve_generator
-from durable_rag.logs import setup_logging
-from durable_rag.metrics import LLM_RUNNING
-from durable_rag.settings import Settings
-from durable_rag.streaming import TokenPublisher
-from workers.common import connect, make_runtime, run_until_signalled, worker_interceptors
+from ragkit import policies
+from ragkit.gpu import register_gpu_metrics
+from ragkit.llm.engine import EngineConfig, LLMEngine, OpenAIEngine, VllmEngine
+from ragkit.llm.models import resolve_generator
+from ragkit.logs import setup_logging
+from ragkit.metrics import LLM_RUNNING
+from ragkit.settings import Settings
+from ragkit.streaming import TokenPublisher
+from ragkit.temporal import connect
+from workers.common import make_runtime, run_until_signalled, worker_interceptors
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,13 @@ from activities.costs import CostActivities
 from activities.documents import DocumentActivities
 from activities.evaluation import EvaluationActivities
 from activities.history import HistoryActivities
-from durable_rag import policies
-from durable_rag.db import make_sessionmaker
-from durable_rag.embedding import load_tokenizer
-from durable_rag.logs import setup_logging
-from durable_rag.settings import Settings
-from workers.common import connect, make_runtime, run_until_signalled, worker_interceptors
+from ragkit import policies
+from ragkit.db import make_sessionmaker
+from ragkit.embedding import load_tokenizer
+from ragkit.logs import setup_logging
+from ragkit.settings import Settings
+from ragkit.temporal import connect
+from workers.common import make_runtime, run_until_signalled, worker_interceptors
 from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow

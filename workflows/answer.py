@@ -5,7 +5,7 @@
   -> assemble the context within a token budget -> generate on llm-<model>
   -> parse citations -> keep the answer in the answer cache.
 
-Fallbacks (declared in durable_rag/policies.py):
+Fallbacks (declared in ragkit/policies.py):
 - the LLM rewrite failing or not starting within 2 s: the rules' rewrite;
 - either retriever failing: the other serves alone, reported in `degradations`;
 - the model's queue failing or not starting in time: the fallback model's queue; then the cached
@@ -30,15 +30,16 @@ with workflow.unsafe.imports_passed_through():
     from activities.documents import DocumentActivities
     from activities.inference import InferenceActivities
     from activities.rerank import RerankActivities
-    from durable_rag import policies
-    from durable_rag.retrieval import (
+    from ragkit import policies
+    from ragkit.retrieval import (
         BUILTIN_USER_TEMPLATE,
         SYSTEM_PROMPT,
         assemble_context,
         build_prompt,
+        estimate_tokens,
         parse_citations,
     )
-    from durable_rag.routing import choose_model
+    from ragkit.routing import choose_model
     from schemas.answer import (
         Answer,
         AnswerCost,
@@ -77,14 +78,6 @@ DEGRADED_REPLY = (
     "The answering service is degraded right now and could not generate an answer. "
     "The passages below are the most relevant ones found; please try again shortly."
 )
-
-# Workflows hold no tokenizer: the context budget uses a conservative estimate (English BPE
-# averages ~4 characters per token). The LLM worker checks the exact count before generating.
-CHARS_PER_TOKEN = 3
-
-
-def estimate_tokens(text: str) -> int:
-    return len(text) // CHARS_PER_TOKEN + 1
 
 
 def rewrite(question: str) -> str:

@@ -11,7 +11,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_rag import metrics, policies
+    from ragkit import metrics, policies
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -44,7 +44,7 @@ async def call(
     summary: str,
     task_queue: str | None = None,
 ) -> Any:
-    """Run an activity method with the policy declared for it in durable_rag.policies.
+    """Run an activity method with the policy declared for it in ragkit.policies.
 
     `task_queue` is for activities whose queue is chosen per call (an LLM model's queue).
     """

@@ -31,8 +31,9 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.history import HistoryActivities
     from activities.inference import InferenceActivities
-    from durable_rag import policies
-    from durable_rag.memory import pin_facts, render_summary
+    from ragkit import policies
+    from ragkit.memory import pin_facts, render_summary
+    from ragkit.retrieval import estimate_tokens
     from schemas.answer import AnswerWorkflowInput, AskRequest, ChatMessage, ConversationWindow
     from schemas.conversation import (
         AppendTurnInput,
@@ -45,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
         SummarizeInput,
         TurnMessage,
     )
-    from workflows.answer import AnswerWorkflow, estimate_tokens
+    from workflows.answer import AnswerWorkflow
     from workflows.calls import call, describe
 
 # Chat-template tokens around each turn (role markers, separators).

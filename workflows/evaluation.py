@@ -2,7 +2,7 @@
 
 Each case is an AnswerWorkflow child (`<this id>-<case id>`), at most `concurrency` at a time. A
 case that fails is scored as zero and named in the report; the run goes on. The metrics are
-computed here (pure, `evals/answers.py`); the report is stored by a local activity.
+computed here (pure, `ragkit/scoring.py`); the report is stored by a local activity.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities.evaluation import EvaluationActivities
-    from evals.answers import metrics
+    from ragkit.scoring import metrics
     from schemas.answer import AnswerWorkflowInput, AskRequest
     from schemas.evaluation import CaseOutcome, EvalCase, EvalInput, EvalReport, StoreEvalInput
     from workflows.answer import AnswerWorkflow

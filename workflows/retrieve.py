@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.documents import DocumentActivities
     from activities.vector_index import VectorIndexActivities
-    from durable_rag.retrieval import Scored, fuse
+    from ragkit.retrieval import Scored, fuse
     from schemas.search import (
         DenseSearchInput,
         KeywordSearchInput,

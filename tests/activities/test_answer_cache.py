@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from activities.answer_cache import AnswerCacheActivities
-from durable_rag.db import Document, DocumentStatus
+from ragkit.db import Document, DocumentStatus
 from schemas.answer import CacheKeyInput, Citation, StoreAnswerInput
 from tests.conftest import Database
 

@@ -7,10 +7,9 @@ import uuid
 import pytest
 from typer.testing import CliRunner, Result
 
-from activities import costs
 from activities.costs import CostActivities
-from durable_rag import feedback
-from durable_rag.cli import app
+from cli import app
+from ragkit.store import costs, feedback
 from schemas.answer import AnswerCost, ChatMessage, RecordCostInput, RecordShadowInput, StepCost
 from schemas.maintenance import CompactionInput
 from tests.conftest import Database

@@ -25,9 +25,9 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from durable_rag import ids
 from durable_rag.client import PROMPT_OVERHEAD_TOKENS, RagClient, ingest_workflow_id
-from durable_rag.settings import Settings
+from ragkit import ids
+from ragkit.settings import Settings
 from schemas.answer import AnswerPlan, AskRequest
 from schemas.conversation import ChatRequest, ConversationKey
 from schemas.documents import DocumentRef

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from durable_rag.embedding import Embedder
-from durable_rag.llm.engine import VllmEngine
 from evals import answers
+from ragkit import scoring
+from ragkit.embedding import Embedder
+from ragkit.llm.engine import VllmEngine
 from schemas.evaluation import CaseOutcome, EvalCase, EvalMetrics
 from tests.conftest import CORPUS, Database
 from tests.workflows.test_answer import answering
@@ -72,7 +73,7 @@ def test_metrics_score_retrieval_citations_facts_and_refusals() -> None:
         outcome("c", ["q.md"], [], "I don't know."),
         outcome("d", [], [], "", error="boom"),
     ]
-    m = answers.metrics(cases, outcomes)
+    m = scoring.metrics(cases, outcomes)
     assert (m.cases, m.errors) == (4, 1)
     assert m.recall_at_k == pytest.approx(2 / 3, abs=1e-4)
     assert m.mrr == pytest.approx((1 + 0.5 + 0) / 3, abs=1e-4)
@@ -92,8 +93,8 @@ def test_refusals_are_recognised() -> None:
         "I cannot answer that from the passages",
         "There is no information about it.",
     ]:
-        assert answers.refused(text), text
-    assert not answers.refused("Ken Thompson designed UTF-8 [1].")
+        assert scoring.refused(text), text
+    assert not scoring.refused("Ken Thompson designed UTF-8 [1].")
 
 
 def test_the_gate_fails_only_beyond_a_metrics_tolerance() -> None:

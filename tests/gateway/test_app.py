@@ -14,11 +14,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from durable_rag import keys
 from durable_rag.client import RagClient
-from durable_rag.embedding import Embedder
-from durable_rag.llm.engine import VllmEngine
 from gateway.app import create_app
+from ragkit.embedding import Embedder
+from ragkit.llm.engine import VllmEngine
+from ragkit.store import keys
 from tests.conftest import Database
 from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
 

@@ -84,7 +84,7 @@ async def post(client: Client, path: str, content: bytes) -> int:
 @pytest.fixture(scope="module")
 def loop_and_client(temporal_server: Any) -> Any:
     loop = asyncio.new_event_loop()
-    from workers.common import connect
+    from ragkit.temporal import connect
 
     client = loop.run_until_complete(
         connect(make_settings(temporal_address=temporal_server.address))

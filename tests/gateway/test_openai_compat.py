@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from durable_rag.settings import Settings
 from gateway import openai_compat
+from ragkit.settings import Settings
 from schemas.gateway import ChatCompletionBody
 
 

@@ -25,17 +25,18 @@ import pytest
 import uvicorn
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from durable_rag import keys
-from durable_rag.embedding import Embedder
-from durable_rag.llm.engine import VllmEngine
-from durable_rag.logs import trace_id_of
-from durable_rag.settings import Settings
 from durable_rag.stack import TemporalDevServer, free_port
 from gateway.app import create_app
+from ragkit.embedding import Embedder
+from ragkit.llm.engine import VllmEngine
+from ragkit.logs import trace_id_of
+from ragkit.settings import Settings
+from ragkit.store import keys
+from ragkit.temporal import connect
 from tests.conftest import Database
 from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
 from tests.workflows.test_ingest import save_history
-from workers.common import connect, temporal_runtime
+from workers.common import temporal_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

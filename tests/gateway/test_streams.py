@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from durable_rag.streaming import TokenEvent
 from gateway.streams import Reset, Token, relay
+from ragkit.streaming import TokenEvent
 
 
 async def collect(queue: asyncio.Queue[TokenEvent], result: asyncio.Future[str]) -> list[object]:

@@ -10,8 +10,8 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine
 
-from durable_rag.db import Base
 from durable_rag.stack import EmbeddedPostgres, migrate
+from ragkit.db import Base
 from tests.conftest import ROOT
 
 

@@ -18,13 +18,13 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities import costs
-from durable_rag import policies, prompts
 from durable_rag.client import RagClient
-from durable_rag.embedding import Embedder
-from durable_rag.llm.engine import VllmEngine
-from durable_rag.rerank import PACKAGED_RERANKER, load_reranker
-from durable_rag.settings import Settings
+from ragkit import policies, prompts
+from ragkit.embedding import Embedder
+from ragkit.llm.engine import VllmEngine
+from ragkit.rerank import PACKAGED_RERANKER, load_reranker
+from ragkit.settings import Settings
+from ragkit.store import costs
 from schemas.answer import Answer, AskRequest
 from tests.conftest import CORPUS, Database, Stack, running_stack
 from tests.workflows.test_ingest import save_history

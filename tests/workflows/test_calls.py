@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.answer_cache import AnswerCacheActivities
-from durable_rag import policies
+from ragkit import policies
 from schemas.answer import StoreAnswerInput
 from workflows.calls import best_effort, call
 

@@ -14,7 +14,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_rag import schedules
-from durable_rag.index import IndexPoint
+from ragkit.index import IndexPoint
 from schemas.maintenance import CompactionReport
 from tests.conftest import CORPUS, Stack
 from tests.workflows.test_ingest import assert_index_matches_postgres, save_history

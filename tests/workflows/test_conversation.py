@@ -17,14 +17,14 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_rag.client import RagClient
-from durable_rag.embedding import Embedder
-from durable_rag.llm.engine import VllmEngine
 from durable_rag.stack import (
     Process,
     TemporalDevServer,
     spawn_worker,
     wait_worker_ready,
 )
+from ragkit.embedding import Embedder
+from ragkit.llm.engine import VllmEngine
 from schemas.conversation import ChatRequest, ConversationHistory
 from tests.conftest import Database
 from tests.workflows.test_answer import answering, ingest_sample

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from durable_rag import ids
-from durable_rag.embedding import Embedder
+from ragkit import ids
+from ragkit.embedding import Embedder
 from tests.conftest import Database, running_stack
-from tests.durable_rag.test_parsing import minimal_pdf
+from tests.ragkit.test_parsing import minimal_pdf
 from tests.workflows.test_ingest import active_chunk_ids, assert_index_matches_postgres
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from durable_rag import policies
-from durable_rag.settings import Settings
+from ragkit import policies
+from ragkit.settings import Settings
 from schemas.common import DocumentVersion
 from schemas.ingest import (
     CommitOutput,

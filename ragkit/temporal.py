@@ -1,0 +1,46 @@
+"""The Temporal connection every process makes, and what it asks the server about workers.
+
+One place builds a client: the pydantic data converter on every client, worker and replayer, and
+the settings' address and namespace.
+"""
+
+from __future__ import annotations
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
+from temporalio.service import RPCError
+
+from ragkit.settings import Settings
+
+
+async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+    return await Client.connect(
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+        runtime=runtime or Runtime.default(),
+    )
+
+
+async def queue_has_poller(client: Client, queue: str, pid: int | None = None) -> bool:
+    """Whether a worker polls `queue` for activity or workflow tasks (with `pid`: that process).
+    A worker polls only once its model is loaded, so this is what readiness checks."""
+    kinds = [TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW]
+    try:
+        for kind in kinds:
+            response = await client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=client.namespace,
+                    task_queue=TaskQueue(name=queue),
+                    task_queue_type=kind,
+                )
+            )
+            if any(pid is None or p.identity.startswith(f"{pid}@") for p in response.pollers):
+                return True
+    except RPCError:
+        return False
+    return False

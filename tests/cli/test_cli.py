@@ -1,0 +1,72 @@
+"""The command line: bad input exits 2 with a message and starts nothing."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ingest", "/definitely/not/here"], "no such file or directory"),
+        (["search", ""], "query"),
+        (["search", "x" * 5000], "query"),
+        (["search", "hello", "--top-k", "0"], "top_k"),
+        (["search", "hello", "--tenant", "bad tenant"], "tenant"),
+        (["search", "hello", "--mode", "fuzzy"], "mode"),
+        (["chat", "--conversation", "has spaces", "-m", "hi"], "conversation_id"),
+        (["chat", "-m", ""], "message"),
+        (["history", "bad id!"], "conversation_id"),
+        (["keys", "create", "--tenant", "bad tenant"], "tenant"),
+        (["worker", "gpu-thing"], "unknown worker kind"),
+        (["delete", "not-a-uuid"], "not a document id"),
+        (["compact", "--batch-size", "1"], "batch-size"),
+        (["rebuild", "--grace", "-5"], "grace"),
+        (["models", "swap", "Not A Model"], "not a served model name"),
+        (["models", "swap", "m", "--ready-timeout", "0"], "ready-timeout"),
+        (["feedback", "answer-x", "sideways"], "rating must be 'up' or 'down'"),
+        (["eval", "no-such-set"], "no evaluation set 'no-such-set'"),
+        (["eval", "answers-smoke", "--corpus", "/definitely/not/here"], "no corpus folder"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_invalid_settings_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DURABLE_RAG_CHUNK_TOKENS", "5")
+    result = runner.invoke(app, ["search", "hello"])
+    assert result.exit_code == 2
+    assert "chunk_tokens" in result.output
+
+
+def test_unreachable_temporal_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_rag.stack import free_port
+
+    monkeypatch.setenv("DURABLE_RAG_TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")
+    result = runner.invoke(app, ["search", "hello"])
+    assert result.exit_code == 1
+    assert "durable-rag up" in result.output
+
+
+def test_document_text_is_printed_as_text_never_as_markup(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Passages and answers quote documents: `arr[i]` or `[/x]` in them is text (Rich markup
+    would drop the first and crash on the second, after the answer was paid for)."""
+    import cli
+    from schemas.answer import Answer
+
+    answer = Answer.model_construct(
+        answer="use arr[i] and [/x] and [bold]", citations=[], degradations=["[/y] skipped"]
+    )
+    cli._print_answer_body(answer)
+    out = capsys.readouterr().out
+    assert "arr[i]" in out and "[/x]" in out and "[bold]" in out and "[/y] skipped" in out

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragkit.embedding import Embedder, ModelLoadError, load_embedder, load_tokenizer
+from ragkit.index import IndexConfigError, open_index
+from ragkit.settings import Settings
+
+
+def test_packaged_minilm_embeds_offline(embedder: Embedder) -> None:
+    assert embedder.dimension == 384
+    vectors = np.array(
+        embedder.embed_passages(["The cat sat on the mat.", "A feline rested on a rug."])
+    )
+    assert vectors.shape == (2, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    query = np.array(embedder.embed_query("Where did the cat sit?"))
+    unrelated = np.array(embedder.embed_passages(["Quarterly revenue rose by four percent."])[0])
+    assert query @ vectors[0] > query @ unrelated
+
+
+def test_a_wrong_model_name_is_a_clear_startup_error() -> None:
+    with pytest.raises(ModelLoadError, match="no-such-org/no-such-model"):
+        load_embedder("no-such-org/no-such-model", "cpu", 512, 8)
+    with pytest.raises(ModelLoadError, match="unknown packaged model"):
+        load_embedder("packaged:bge-huge", "cpu", 512, 8)
+    with pytest.raises(ModelLoadError):
+        load_tokenizer("/nonexistent/model/folder")
+
+
+def test_a_dimension_mismatch_with_the_existing_index_is_a_startup_error(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    settings = Settings(data_dir=tmp_path)
+    index = open_index(settings, 768)  # as if built by a 768-dimensional model before
+    from ragkit.index import IndexPoint
+
+    index.upsert([IndexPoint(id=uuid.uuid4(), vector=[0.1] * 768, payload={"tenant": "t"})])
+    index.close()
+    with pytest.raises(IndexConfigError, match=r"768-dimensional.*gives 384"):
+        open_index(settings, embedder.dimension)

@@ -1,0 +1,314 @@
+"""Hostile documents, one at a time through the parsers (and the chunker where they parse).
+
+Each one either parses, in bounded time and memory, into a document whose text is what it says,
+or is refused with DocumentError of a specific kind and a message that says why. The time bounds
+are loose (CI cores are slow); what they catch is a return of the blow-ups fixed here, which took
+minutes: the Markdown heading rule on a 4 KB heading line, html.parser rescanning to the end of
+the file for every unterminated `<a`, `</` or `<!--`, and a FIFO that blocked the read forever.
+The memory bound catches html.parser's 140 bytes per byte of a tag with many attributes. Flat
+pages (300 `<br>`, unclosed `<li>`) were once refused as "nested deeper than 256 elements".
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import itertools
+import os
+import time
+import tracemalloc
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragkit import parsing
+from ragkit.chunking import MAX_CHUNK_CHARS, MAX_HEADING_CHARS, chunk_document
+from ragkit.parsing import DocumentError, ParsedDocument
+from tests.ragkit.test_chunking import tokenizer as minilm_tokenizer
+
+# A regression to the old behaviour is minutes: fail it, do not wait for the suite's 600 s.
+pytestmark = pytest.mark.timeout(120)
+
+MB = 1_000_000
+
+
+@dataclass(frozen=True)
+class Hostile:
+    name: str
+    content_type: str
+    data: bytes
+    kind: str | None  # None: it parses
+    says: str  # in the error message; or, when it parses, in the document's text
+    seconds: float = 10.0
+
+
+def nested_quotes(levels: int) -> bytes:
+    return (">" * levels + " the bottom of the quote\n").encode()
+
+
+def zip_named_markdown() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("notes.md", "# Notes\n\n" + "0" * 10 * MB)
+    return buffer.getvalue()
+
+
+HOSTILE = [
+    # HTML whose cost, not size, explodes.
+    Hostile("200k-nested-divs", "html", b"<div>" * 200_000 + b"x" + b"</div>" * 200_000,
+            parsing.PARSE_ERROR, "nested deeper than 256"),
+    Hostile("200k-unclosed-bold", "html", b"<p>" + b"<b>" * 200_000 + b"text",
+            parsing.PARSE_ERROR, "nested deeper than 256"),
+    Hostile("unterminated-start-tags", "html", b"<p>start</p>" + b"<a" * 200_000,
+            parsing.PARSE_ERROR, "left unterminated"),
+    Hostile("unterminated-end-tags", "html", b"<p>start</p>" + b"</" * 200_000,
+            parsing.PARSE_ERROR, "left unterminated"),
+    Hostile("unterminated-comments", "html", b"<p>start</p>" + b"<!--x>" * 70_000,
+            parsing.PARSE_ERROR, "left unterminated"),
+    Hostile("unterminated-processing", "html", b"<?x" * 130_000,
+            parsing.PARSE_ERROR, "left unterminated"),
+    Hostile("unterminated-cdata", "html", b"<![CDATA[" * 45_000,
+            parsing.PARSE_ERROR, "left unterminated"),
+    Hostile("unterminated-attribute-quotes", "html", b'<a b="' * 60_000,
+            parsing.PARSE_ERROR, "more than 10000 attributes"),
+    Hostile("entity-flood-2mb", "html", b"<p>" + b"&amp;" * 400_000 + b"</p>", None, "&&&&"),
+    Hostile("entity-flood-no-semicolons", "html", b"<p>" + b"&amp" * 400_000, None, "&&&&"),
+    Hostile("out-of-range-char-refs", "html", b"<p>" + b"&#99999999999;" * 100_000, None,
+            "\ufffd\ufffd"),
+    Hostile("lone-angle-brackets", "html", b"<p>" + b"<" * 100_000, None, "< < <"),
+    Hostile("attribute-flood", "html", b"<p " + b'a="1" ' * 300_000 + b">text</p>",
+            parsing.PARSE_ERROR, "more than 10000 attributes"),
+    Hostile("bare-attribute-flood", "html", b"<p " + b"a/" * MB + b">text</p>",
+            parsing.PARSE_ERROR, "more than 10000 attributes"),
+    # Long values are not many attributes: pages saved whole inline their images.
+    Hostile("3mb-data-uri-image", "html",
+            b'<p>before</p><img src="data:image/png;base64,' + b"iVBORw0KGgo/" * 250_000
+            + b'"><p>after</p>', None, "after"),
+    Hostile("3mb-svg-path", "html",
+            b'<p>before</p><svg><path d="' + b"M 0 0 L 1 1 " * 250_000 + b'"/></svg><p>after</p>',
+            None, "after"),
+    Hostile("gzip-bomb-named-html", "html", gzip.compress(b"<div>" * 4_000_000, 9),
+            parsing.INVALID_UTF8, "at byte 1"),
+    Hostile("zip-bomb-named-markdown", "markdown", zip_named_markdown(), parsing.INVALID_UTF8,
+            "not valid UTF-8"),
+    # Markdown: its parser is line based, so depth costs nothing; a long heading line did.
+    Hostile("10k-nested-quotes", "markdown", nested_quotes(10_000), None,
+            "the bottom of the quote"),
+    Hostile("2k-lines-of-deepening-quotes", "markdown",
+            b"".join(nested_quotes(i) for i in range(1, 2_001)), None, "the bottom"),
+    Hostile("10k-nested-list", "markdown", ("- " * 10_000 + "leaf item\n").encode(), None,
+            "leaf item"),
+    Hostile("10k-lines-of-indented-list", "markdown",
+            "".join("  " * (i % 400) + f"- item {i}\n" for i in range(10_000)).encode(), None,
+            "item 9999"),
+    Hostile("heading-with-4kb-of-spaces", "markdown", b"# a" + b" " * 4_000 + b"b\n\nBody.\n",
+            None, "Body.", seconds=2.0),
+    Hostile("heading-with-1mb-of-spaces", "markdown", b"# a" + b" " * MB + b"b\n\nBody.\n",
+            None, "Body."),
+    Hostile("heading-of-1mb-hashes", "markdown", b"# " + b"#" * MB + b" x\n\nBody.\n", None,
+            "Body."),
+    Hostile("20k-headings-no-body", "markdown", b"# h\n## h2\n" * 10_000, parsing.EMPTY,
+            "no text"),
+    Hostile("100k-code-fences", "markdown", b"```\n" * 100_000, None, "```"),
+    # One line, no newline at all.
+    Hostile("5mb-line-text", "text", b"word " * MB, None, "word word"),
+    Hostile("5mb-line-markdown", "markdown", b"word " * MB, None, "word word"),
+    Hostile("5mb-line-html", "html", b"word " * MB, None, "word word"),
+    Hostile("5mb-single-word", "text", b"a" * (5 * MB), None, "aaaa"),
+    # Binary bytes where text was promised.
+    Hostile("png-as-markdown", "markdown", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(64),
+            parsing.INVALID_UTF8, "at byte 0"),
+    Hostile("elf-header-as-text", "text", b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x02\x00>\x00",
+            parsing.INVALID_UTF8, "NUL"),
+    Hostile("nul-bytes-in-text", "text", b"looks like text\x00\x00 until here",
+            parsing.INVALID_UTF8, "NUL"),
+    Hostile("utf16-as-markdown", "markdown", "# Title\n\nBody".encode("utf-16"),
+            parsing.INVALID_UTF8, "at byte 0"),
+    Hostile("latin1", "text", "caf\xe9 cr\xe8me".encode("latin-1"), parsing.INVALID_UTF8,
+            "at byte 3"),
+    Hostile("truncated-multibyte", "text", "Stra\xdfe".encode()[:5], parsing.INVALID_UTF8,
+            "at byte 4"),
+    Hostile("overlong-slash", "markdown", b"path \xc0\xaf etc", parsing.INVALID_UTF8,
+            "at byte 5"),
+    Hostile("encoded-surrogate", "html", b"<p>\xed\xa0\x80</p>", parsing.INVALID_UTF8,
+            "at byte 3"),
+    Hostile("zip-as-pdf", "pdf", b"PK\x03\x04" + bytes(100), parsing.PARSE_ERROR, "no %PDF"),
+    Hostile("junk-after-pdf-header", "pdf", b"%PDF-1.7\n" + bytes(range(256)) * 40,
+            parsing.PARSE_ERROR, "cannot read PDF"),
+]  # fmt: skip
+
+
+def measured(work: Callable[[], Any]) -> tuple[Any, float, int]:
+    """Run `work`; its result or the exception it raised, wall seconds, peak bytes allocated."""
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        outcome: Any = work()
+    except Exception as exc:  # the assertions say which ones are allowed
+        outcome = exc
+    finally:
+        seconds = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return outcome, seconds, peak
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=lambda case: case.name)
+def test_hostile_document_is_refused_clearly_or_parsed_in_bounded_time(case: Hostile) -> None:
+    outcome, seconds, peak = measured(
+        lambda: parsing.parse(case.data, case.content_type, case.name)
+    )
+    if case.kind is None:
+        assert isinstance(outcome, ParsedDocument), f"refused: {outcome!r}"
+        assert case.says in outcome.text
+        assert outcome.blocks
+        assert all(0 <= b.start < b.end <= len(outcome.text) for b in outcome.blocks)
+        # No expansion: at most the spaces put between pieces of HTML text.
+        assert len(outcome.text) <= 2 * len(case.data)
+    else:
+        assert isinstance(outcome, DocumentError), f"not a DocumentError: {outcome!r}"
+        assert outcome.kind == case.kind, outcome.message
+        assert case.says in outcome.message
+    assert seconds < case.seconds, f"took {seconds:.1f} s"
+    # Linear in the input (tiny pieces cost a pointer and a list slot each), never a bomb's.
+    assert peak < 40 * len(case.data) + 10 * MB, f"peaked at {peak / MB:.0f} MB"
+
+
+def test_html_with_unterminated_markup_at_its_end_still_parses() -> None:
+    """The budget behind "left unterminated" spares ordinary pages: a stray `<` or an unclosed
+    comment near the end of a long page is text, as html.parser always made it."""
+    body = b"<html><body>" + b"<p>A paragraph of ordinary text.</p>" * 10_000
+    for tail in (b"<a", b"<!-- never closed", b"</", b'<img src="x', b"<![CDATA[x"):
+        doc = parsing.parse(body + tail, "html", "f")
+        assert len(doc.blocks) >= 10_000
+    doc = parsing.parse(b"<!-- unclosed at the top" + body, "html", "f")
+    assert doc.blocks
+
+
+@pytest.mark.parametrize(
+    ("html", "blocks"),
+    [
+        (b"<p>" + b"line<br>" * 5_000 + b"</p>", 5_000),
+        (b"<ul>" + b"<li>item" * 5_000 + b"</ul>", 5_000),
+        (b"<body>" + b"<p>para" * 5_000, 5_000),
+        (b"<table>" + b"<tr><td>cell" * 5_000 + b"</table>", 5_000),
+        (b"<p>" + b'<img src="x.png">' * 5_000 + b"caption</p>", 1),
+        (b"<div>" + b"<div><b>unclosed bold</div>" * 5_000 + b"</div>", 5_000),
+    ],
+    ids=["br", "unclosed-li", "unclosed-p", "unclosed-tr-td", "img", "unclosed-inline"],
+)
+def test_flat_html_is_not_mistaken_for_deep_nesting(html: bytes, blocks: int) -> None:
+    """Void elements and elements whose end tag HTML makes optional do not nest: before, 257
+    `<br>` in a page were "nested deeper than 256 elements"."""
+    doc = parsing.parse(html, "html", "f")
+    assert len(doc.blocks) == blocks
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    return minilm_tokenizer()  # loaded once for every chunking test of the session
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"word " * 200_000, b"a" * MB, b"Hi. " * 20_000, b"x\n\n" * 20_000],
+    ids=["1mb-line", "1mb-word", "20k-sentences", "20k-paragraphs"],
+)
+def test_hostile_text_chunks_within_budget(tokenizer: Any, data: bytes) -> None:
+    doc = parsing.parse(data, "text", "f")
+    started = time.perf_counter()
+    chunks = chunk_document(doc, tokenizer, 512, 0.15)
+    assert time.perf_counter() - started < 30
+    assert chunks and all(c.token_count <= 512 for c in chunks)
+    assert all(c.text == doc.text[c.char_start : c.char_end] for c in chunks)
+    assert chunks[0].char_start == doc.blocks[0].start
+    assert chunks[-1].char_end == doc.blocks[-1].end
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    pipe = tmp_path / "notes.md"
+    os.mkfifo(pipe)
+    with pytest.raises(DocumentError) as info:
+        parsing.read_source(pipe, max_bytes=1_000)
+    assert info.value.kind == parsing.UNREADABLE
+    assert "not a regular file" in info.value.message
+
+
+def test_a_device_behind_a_document_name_is_refused_unread(tmp_path: Path) -> None:
+    zero = tmp_path / "zero.txt"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(DocumentError) as info:
+        parsing.read_source(zero, max_bytes=1_000_000_000)
+    assert info.value.kind == parsing.UNREADABLE
+    assert "not a regular file" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: p.symlink_to(p.parent / "missing.md"), "cannot read file"),
+        (lambda p: p.symlink_to(p), "cannot read file"),
+        (lambda p: None, "cannot read file"),
+    ],
+    ids=["directory", "dangling-link", "link-loop", "missing"],
+)
+def test_unreadable_paths_get_a_reason(
+    tmp_path: Path, make: Callable[[Path], object], says: str
+) -> None:
+    path = tmp_path / "doc.md"
+    make(path)
+    with pytest.raises(DocumentError) as info:
+        parsing.read_source(path, max_bytes=1_000)
+    assert info.value.kind == parsing.UNREADABLE
+    assert says in info.value.message
+
+
+def test_a_name_the_os_cannot_take_is_unreadable_not_a_crash() -> None:
+    for name in ("bad\x00name.md", "bad\ud800name.md"):
+        with pytest.raises(DocumentError) as info:
+            parsing.read_source(Path(name), max_bytes=1_000)
+        assert info.value.kind == parsing.UNREADABLE
+
+
+def test_every_chunk_fits_a_postgres_tsvector(tokenizer: Any) -> None:
+    # Words over 100 characters are one [UNK] token each, so 512 tokens were a megabyte, and
+    # Postgres refused the chunk's tsvector ("string is too long for tsvector"): the insert
+    # failed, and with it every document of the batch.
+    def words(count: int, tag: str) -> str:
+        return " ".join(f"{tag}{i:05d}" + "q" * 2_030 for i in range(count))
+
+    data = f"# {words(300, 'h')}\n\n{words(256, 't')}\n".encode()  # 1.1 MB
+    doc = parsing.parse(data, "markdown", "f")
+    chunks = chunk_document(doc, tokenizer, 512, 0.15)
+    assert all(len(c.text) <= MAX_CHUNK_CHARS for c in chunks)
+    assert all(len(c.heading_path) <= MAX_HEADING_CHARS for c in chunks)
+    assert chunks[0].heading_path.startswith("h00000q") and chunks[0].heading_path.endswith("…")
+    # Nothing is dropped: the chunks cover the body, and each new chunk brings new text.
+    assert chunks[0].char_start == doc.blocks[0].start
+    assert chunks[-1].char_end == doc.blocks[-1].end
+    assert all(b.char_end > a.char_end for a, b in itertools.pairwise(chunks))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"a" * (3 * MAX_CHUNK_CHARS + 5),
+        b"Short. " + b"b" * (2 * MAX_CHUNK_CHARS) + b" tail words here.",
+        b"one two" + b" " * (3 * MAX_CHUNK_CHARS) + b"three four.",
+        ("\u00e9" * 150 + " ").encode() * 2_000,
+    ],
+    ids=["one-word", "word-between-words", "spaces-between-words", "long-accented-words"],
+)
+def test_chunks_are_bounded_in_characters(tokenizer: Any, data: bytes) -> None:
+    doc = parsing.parse(data, "text", "f")
+    chunks = chunk_document(doc, tokenizer, 512, 0.15)
+    assert chunks and all(0 < len(c.text) <= MAX_CHUNK_CHARS for c in chunks)
+    assert all(c.text == doc.text[c.char_start : c.char_end] for c in chunks)
+    assert all(c.token_count <= 512 for c in chunks)
+    covered = "".join(doc.text[a.char_start : b.char_start] for a, b in itertools.pairwise(chunks))
+    assert "".join((covered + chunks[-1].text).split()) == "".join(doc.text.split())

@@ -1,0 +1,87 @@
+from ragkit.retrieval import (
+    Scored,
+    assemble_context,
+    build_prompt,
+    fuse,
+    keyword_query,
+    normalize_question,
+    parse_citations,
+)
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def test_zscore_fusion_rewards_agreement_and_keeps_single_side_items() -> None:
+    dense = [Scored("a", 0.9), Scored("b", 0.8), Scored("c", 0.1)]
+    keyword = [Scored("b", 5.0), Scored("d", 1.0)]
+    fused = [s.key for s in fuse(dense, keyword, "zscore", 0.7, 0.3)]
+    assert fused[0] == "b"  # high on both sides beats high on one
+    assert set(fused) == {"a", "b", "c", "d"}
+
+
+def test_weights_decide_between_disagreeing_retrievers() -> None:
+    dense = [Scored("a", 0.9), Scored("b", 0.1)]
+    keyword = [Scored("b", 9.0), Scored("a", 1.0)]
+    assert fuse(dense, keyword, "zscore", 0.9, 0.1)[0].key == "a"
+    assert fuse(dense, keyword, "zscore", 0.1, 0.9)[0].key == "b"
+
+
+def test_rrf_and_one_sided_inputs() -> None:
+    assert [s.key for s in fuse([Scored("a", 1)], [], "rrf")] == ["a"]
+    assert [s.key for s in fuse([], [Scored("k", 3), Scored("j", 1)], "zscore")] == ["k", "j"]
+    assert fuse([], [], "zscore") == []
+
+
+def test_fusion_order_is_deterministic_on_ties() -> None:
+    dense = [Scored("b", 1.0), Scored("a", 1.0)]
+    assert [s.key for s in fuse(dense, [], "zscore")] == ["a", "b"]
+
+
+def test_context_drops_lowest_scores_first_and_never_cuts_mid_sentence() -> None:
+    passages = [
+        ("low", "one two three four five.", 0.1),
+        ("high", "alpha beta gamma. delta epsilon zeta.", 0.9),
+        ("mid", "red green blue yellow.", 0.5),
+    ]
+    kept, dropped = assemble_context(passages, 10, words)
+    assert [k for k, _ in kept] == ["high", "mid"]
+    assert dropped == 1
+    kept, _ = assemble_context(passages, 4, words)
+    assert kept == [("high", "alpha beta gamma.")]  # cut at a sentence end
+    kept, dropped = assemble_context([("x", "one two three four five six.", 1.0)], 3, words)
+    assert kept == [] and dropped == 1
+
+
+def test_citations_from_markers_only_point_into_the_context() -> None:
+    context = [("c1", "Paris is the capital."), ("c2", "Berlin is in Germany.")]
+    keys, method = parse_citations("Paris [1], see also [2] and [7].", context)
+    assert keys == ["c1", "c2"] and method == "markers"
+
+
+def test_citations_fall_back_to_word_overlap() -> None:
+    context = [
+        ("c1", "Ken Thompson and Rob Pike designed UTF-8 in 1992."),
+        ("c2", "Tea is a drink."),
+    ]
+    keys, method = parse_citations("UTF-8 was designed by Ken Thompson and Rob Pike.", context)
+    assert keys == ["c1"] and method == "overlap"
+    assert parse_citations("I don't know.", context) == ([], "none")
+
+
+def test_prompt_numbers_passages_and_keyword_query_ors_words() -> None:
+    prompt = build_prompt("Who?", [("a", "first"), ("b", "second")])
+    assert "[1] first" in prompt and "[2] second" in prompt and prompt.endswith("Answer:")
+    assert keyword_query("Who designed UTF-8?") == "who or designed or utf or 8"
+    assert normalize_question("  Who DESIGNED utf-8?? ") == "who designed utf 8"
+
+
+def test_an_llm_rewrite_is_cleaned_and_unusable_ones_fall_back_to_the_question() -> None:
+    from ragkit.retrieval import clean_rewrite
+
+    question = "Could you tell me who designed UTF-8?"
+    assert clean_rewrite('  "UTF-8 designer"\nextra words', question) == "UTF-8 designer"
+    assert clean_rewrite("Search query: UTF-8 design", question) == "UTF-8 design"
+    assert clean_rewrite("\n\n", question) == question
+    assert clean_rewrite("x" * 500, question) == question

@@ -61,18 +61,18 @@ async def main_async(requests: int, max_tokens: int, json_path: Path | None = No
         work,
         settings,
     ):
-        embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding_batch_size)
+        embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding.batch_size)
         index = open_index(settings, embedder.dimension)
-        sessions = make_sessionmaker(settings.sqlalchemy_url)
+        sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
         engine = VllmEngine(
             EngineConfig(
-                model=resolve_generator(settings.llm_model, ROOT / ".data"),
-                served_name=settings.llm_name,
-                max_model_len=settings.llm_max_model_len,
-                max_num_seqs=settings.llm_max_num_seqs,
-                gpu_memory_utilization=settings.llm_gpu_memory_utilization,
+                model=resolve_generator(settings.llm.model, ROOT / ".data"),
+                served_name=settings.llm.name,
+                max_model_len=settings.llm.max_model_len,
+                max_num_seqs=settings.llm.max_num_seqs,
+                gpu_memory_utilization=settings.llm.gpu_memory_utilization,
                 tensor_parallel_size=1,
-                dtype=settings.llm_dtype,
+                dtype=settings.llm.dtype,
                 enforce_eager=True,
             )
         )

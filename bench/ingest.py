@@ -77,10 +77,10 @@ def plain_loop(files: list[Path], settings: Settings, embedder: Embedder) -> tup
         batch.clear()
 
     for path in files:
-        data = parsing.read_source(path, settings.max_document_bytes)
+        data = parsing.read_source(path, settings.ingest.max_document_bytes)
         doc = parsing.parse(data, parsing.content_type_for(str(path)), path.stem)
         drafts = chunk_document(
-            doc, embedder.tokenizer, settings.chunk_tokens, settings.chunk_overlap
+            doc, embedder.tokenizer, settings.ingest.chunk_tokens, settings.ingest.chunk_overlap
         )
         doc_id = ids.document_id("bench", str(path))
         for d in drafts:
@@ -101,7 +101,7 @@ async def workflow_run(
     files_root: Path, settings: Settings, embedder: Embedder, temporal: TemporalDevServer
 ) -> tuple[int, float]:
     client = await connect(settings)
-    sessions = make_sessionmaker(settings.sqlalchemy_url)
+    sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
     policies.configure(settings)
     index = open_index(settings, embedder.dimension)
     with ThreadPoolExecutor(8) as executor:
@@ -175,7 +175,7 @@ def main() -> None:
             "ingest_batch_documents": args.batch_documents,
         }
         migrate(base["database_url"])
-        embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, Settings().embedding_batch_size)
+        embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, Settings().embedding.batch_size)
         embedder.embed_passages(["warm up the model"] * 8)
 
         plain_settings = Settings(data_dir=work / "plain", **base)

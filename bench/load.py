@@ -239,7 +239,7 @@ class Stored:
 
 
 def postgres_url(settings: Settings) -> str:
-    return settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    return settings.postgres.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 def verify_postgres(settings: Settings, tenant: str, ledger: Ledger) -> tuple[Stored, set[str]]:

@@ -41,9 +41,9 @@ TENANT = "eval"
 
 async def main_async(set_name: str, sweep: bool, json_path: Path | None = None) -> None:
     async with bench_services("retrieval") as (work, settings):
-        embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding_batch_size)
+        embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding.batch_size)
         index = open_index(settings, embedder.dimension)
-        sessions = make_sessionmaker(settings.sqlalchemy_url)
+        sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
         client = await connect(settings)
         passages = write_corpus(set_name, work / "corpus")
         questions = load_questions(set_name)

@@ -28,14 +28,15 @@ async def bench_services(prefix: str, **overrides: Any) -> AsyncIterator[tuple[P
         pg.ensure_database("bench")
         await asyncio.to_thread(temporal.start)
         migrate(pg.url("bench"))
-        settings = Settings(
-            database_url=pg.url("bench"),
-            data_dir=work / "data",
-            temporal_address=temporal.address,
-            workflow_task_queue=f"bench-wf-{uuid.uuid4().hex[:6]}",
-            index_task_queue=f"bench-ix-{uuid.uuid4().hex[:6]}",
+        values: dict[str, Any] = {
+            "database_url": pg.url("bench"),
+            "data_dir": work / "data",
+            "temporal_address": temporal.address,
+            "workflow_task_queue": f"bench-wf-{uuid.uuid4().hex[:6]}",
+            "index_task_queue": f"bench-ix-{uuid.uuid4().hex[:6]}",
             **overrides,
-        )
+        }
+        settings = Settings(**values)
         policies.configure(settings)
         yield work, settings
     finally:

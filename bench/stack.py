@@ -90,14 +90,14 @@ class ProcessStack:
             **{k: json.loads(v) if k == "activity_policies" else v for k, v in values.items()}
         )
         self.data_dir = self.settings.data_dir
-        host_port = self.settings.temporal_address.rpartition(":")[2]
+        host_port = self.settings.temporal.address.rpartition(":")[2]
         self.temporal = TemporalDevServer(
             self.data_dir,
             int(host_port),
-            self.settings.temporal_ui_port,
-            self.settings.temporal_metrics_port,
+            self.settings.temporal.ui_port,
+            self.settings.temporal.metrics_port,
         )
-        self.postgres = EmbeddedPostgres(self.data_dir / "postgres", self.settings.postgres_port)
+        self.postgres = EmbeddedPostgres(self.data_dir / "postgres", self.settings.postgres.port)
         self.failpoints_file = self.work / "failpoints.json"
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -106,8 +106,8 @@ class ProcessStack:
         """Start every part and wait until each is ready (the LLM worker loads vLLM: ~1 min)."""
         self.temporal.start()
         self.postgres.start()
-        self.postgres.ensure_database(self.settings.postgres_database)
-        migrate(self.settings.sqlalchemy_url)
+        self.postgres.ensure_database(self.settings.postgres.database)
+        migrate(self.settings.postgres.sqlalchemy_url)
         for kind in WORKER_KINDS:
             self.start_worker(kind)
 
@@ -130,8 +130,8 @@ class ProcessStack:
         process = spawn_worker(self.data_dir, kind, self.env)
         wait_worker_ready(
             process,
-            self.settings.temporal_address,
-            self.settings.temporal_namespace,
+            self.settings.temporal.address,
+            self.settings.temporal.namespace,
             worker_queue(self.settings, kind),
             timeout=600 if kind == "llm" else 180,
         )

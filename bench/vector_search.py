@@ -333,7 +333,7 @@ def run_size(
                 bulk_s += time.perf_counter() - began
             start = stop
         assert index.count() == size, index.count()
-        path = settings.index_path / settings.qdrant_collection
+        path = settings.index_path / settings.index.collection
         figures: dict[str, Any] = {
             "size": size,
             "documents": len(corpus.doc_ids),
@@ -449,8 +449,8 @@ def print_table(
 ) -> None:
     print(
         f"\nVector search, embedded index (Qdrant Edge {mach['qdrant_edge_py']}, {DIMENSION}-d "
-        f"cosine, HNSW m={settings.hnsw_m} ef_construct={settings.hnsw_ef_construct} "
-        f"ef={settings.hnsw_ef_search}), limit {args.limit}, {args.queries} queries per row"
+        f"cosine, HNSW m={settings.index.hnsw_m} ef_construct={settings.index.hnsw_ef_construct} "
+        f"ef={settings.index.hnsw_ef_search}), limit {args.limit}, {args.queries} queries per row"
     )
     print(
         f"machine: {mach['cpus']} CPUs, {mach['cpu']}, Python {mach['python']}, "
@@ -510,12 +510,12 @@ def main() -> None:
     parser.add_argument(
         "--ingest-batch",
         type=int,
-        default=defaults.embedding_batch_size * 8,
+        default=defaults.embedding.batch_size * 8,
         help=f"points per upsert for the first {INGEST_BATCHES} calls (default: what one "
         "index_documents upsert carries)",
     )
     parser.add_argument(
-        "--limit", type=int, default=defaults.retrieval_candidates, help="hits per search"
+        "--limit", type=int, default=defaults.retrieval.candidates, help="hits per search"
     )
     parser.add_argument("--no-embedding", action="store_true", help="skip the MiniLM timing")
     args = parser.parse_args()
@@ -552,9 +552,9 @@ def main() -> None:
             "machine": mach,
             "config": {
                 "dimension": DIMENSION,
-                "hnsw_m": settings.hnsw_m,
-                "hnsw_ef_construct": settings.hnsw_ef_construct,
-                "hnsw_ef_search": settings.hnsw_ef_search,
+                "hnsw_m": settings.index.hnsw_m,
+                "hnsw_ef_construct": settings.index.hnsw_ef_construct,
+                "hnsw_ef_search": settings.index.hnsw_ef_search,
                 "limit": args.limit,
                 "queries": args.queries,
                 "warmup": WARMUP,

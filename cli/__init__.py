@@ -71,7 +71,7 @@ def _check_tenant(tenant: str | None) -> None:
 
 
 def _ui_link(settings: Settings, workflow_id: str) -> str:
-    return f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows/{workflow_id}"
+    return f"{settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows/{workflow_id}"
 
 
 @app.command()
@@ -155,7 +155,7 @@ def migrate() -> None:
     """Apply Alembic migrations (alembic upgrade head) to the configured database."""
     from durable_rag.stack import migrate as run_migrations
 
-    run_migrations(_settings().sqlalchemy_url)
+    run_migrations(_settings().postgres.sqlalchemy_url)
     console.print("migrated")
 
 
@@ -685,7 +685,7 @@ def models_active() -> None:
     from ragkit.store import model_alias
 
     settings = _settings()
-    console.print(model_alias.active(_key_sessions(settings), settings.llm_name))
+    console.print(model_alias.active(_key_sessions(settings), settings.llm.name))
 
 
 @models_app.command("swap")
@@ -711,9 +711,9 @@ def models_swap(
     embedded = worker_process(settings.data_dir, "llm")
 
     async def stop(previous: str) -> None:
-        if previous == settings.llm_name and embedded.running():
+        if previous == settings.llm.name and embedded.running():
             console.print(f"draining the worker of {previous} (pid {embedded.pid()})")
-            await asyncio.to_thread(embedded.stop, settings.worker_drain_seconds + 10)
+            await asyncio.to_thread(embedded.stop, settings.worker.drain_seconds + 10)
         else:
             console.print(f"stop the worker of {previous} now: on SIGTERM it drains, then exits")
 
@@ -724,7 +724,7 @@ def models_swap(
             rag.client,
             sessions,
             model,
-            settings.llm_name,
+            settings.llm.name,
             stop if stop_old else None,
             ready_timeout=ready_timeout,
         )
@@ -799,8 +799,8 @@ def schedules_trigger(
             await schedules.trigger(rag.client, schedule_id)
         except ValueError as exc:
             _usage_error(str(exc))
-        console.print(f"triggered {schedule_id}; see {settings.temporal_ui_url}/namespaces/"
-                      f"{settings.temporal_namespace}/schedules/{schedule_id}")  # fmt: skip
+        console.print(f"triggered {schedule_id}; see {settings.temporal.ui_url}/namespaces/"
+                      f"{settings.temporal.namespace}/schedules/{schedule_id}")  # fmt: skip
 
     asyncio.run(run())
 
@@ -869,7 +869,7 @@ app.add_typer(keys_app, name="keys")
 def _key_sessions(settings: Settings) -> Any:
     from ragkit.db import make_sessionmaker
 
-    return make_sessionmaker(settings.sqlalchemy_url)
+    return make_sessionmaker(settings.postgres.sqlalchemy_url)
 
 
 @keys_app.command("create")
@@ -950,7 +950,7 @@ async def _connect(settings: Settings) -> RagClient:
         return await RagClient.connect(settings)
     except RuntimeError as exc:
         _fail(
-            f"cannot reach Temporal at {settings.temporal_address} ({exc}); "
+            f"cannot reach Temporal at {settings.temporal.address} ({exc}); "
             "is the stack up? run `durable-rag up`"
         )
 

@@ -109,7 +109,7 @@ class RagClient:
     @property
     def sessions(self) -> sessionmaker[Session]:
         if self._sessions is None:
-            self._sessions = make_sessionmaker(self.settings.sqlalchemy_url)
+            self._sessions = make_sessionmaker(self.settings.postgres.sqlalchemy_url)
         return self._sessions
 
     def close(self) -> None:
@@ -131,8 +131,8 @@ class RagClient:
         return IngestRequest(
             tenant=tenant or self.settings.default_tenant,
             paths=absolute,
-            batch_documents=self.settings.ingest_batch_documents,
-            batches_per_run=self.settings.ingest_batches_per_run,
+            batch_documents=self.settings.ingest.batch_documents,
+            batches_per_run=self.settings.ingest.batches_per_run,
         )
 
     async def start_ingest(
@@ -142,7 +142,7 @@ class RagClient:
             IngestWorkflow.run,
             IngestWorkflowInput(request=request),
             id=ingest_workflow_id(request),
-            task_queue=self.settings.workflow_task_queue,
+            task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": request.tenant},
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"ingest {len(request.paths)} path(s) for tenant {request.tenant}",
@@ -171,10 +171,10 @@ class RagClient:
         """Keep the bytes in Postgres and start ingesting them as the document `upload:<name>`.
         With an idempotency key, a retried call starts nothing new (and a different body under
         the same key is an IdempotencyConflict)."""
-        if len(data) > self.settings.max_document_bytes:
+        if len(data) > self.settings.ingest.max_document_bytes:
             raise ValueError(
                 f"{len(data)} bytes is over the document limit of "
-                f"{self.settings.max_document_bytes} bytes (DURABLE_RAG_MAX_DOCUMENT_BYTES)"
+                f"{self.settings.ingest.max_document_bytes} bytes (DURABLE_RAG_MAX_DOCUMENT_BYTES)"
             )
         source = uploads.source_for(name)
         document_id = ids.document_id(tenant, source)
@@ -192,15 +192,15 @@ class RagClient:
         request = IngestRequest(
             tenant=tenant,
             paths=[source],
-            batch_documents=self.settings.ingest_batch_documents,
-            batches_per_run=self.settings.ingest_batches_per_run,
+            batch_documents=self.settings.ingest.batch_documents,
+            batches_per_run=self.settings.ingest.batches_per_run,
         )
         try:
             await self.client.start_workflow(
                 IngestWorkflow.run,
                 IngestWorkflowInput(request=request),
                 id=workflow_id,
-                task_queue=self.settings.workflow_task_queue,
+                task_queue=self.settings.temporal.workflow_task_queue,
                 memo={"tenant": tenant, "sha256": digest},
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"ingest the upload {name} for tenant {tenant}",
@@ -235,7 +235,7 @@ class RagClient:
             DeleteDocumentWorkflow.run,
             ref,
             id=delete_workflow_id(ref),
-            task_queue=self.settings.workflow_task_queue,
+            task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": ref.tenant},
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"delete document {document_id} of tenant {ref.tenant}",
@@ -265,7 +265,7 @@ class RagClient:
                 concurrency=concurrency,
             ),
             id=f"eval-{set_name}-{uuid.uuid4().hex[:8]}",
-            task_queue=self.settings.workflow_task_queue,
+            task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": tenant},
             static_summary=f"evaluate {set_name} ({len(cases)} cases)",
         )
@@ -273,24 +273,26 @@ class RagClient:
     async def compact(self, batch_size: int | None = None) -> CompactionReport:
         """Run a compaction now (the schedule runs it nightly)."""
         request = CompactionInput(
-            batch_size=batch_size or self.settings.compaction_batch_size,
-            transcript_retention_days=self.settings.transcript_retention_days,
+            batch_size=batch_size or self.settings.maintenance.compaction_batch_size,
+            transcript_retention_days=self.settings.answer.transcript_retention_days,
         )
         return await self.client.execute_workflow(
             CompactionWorkflow.run,
             request,
             id=f"compact-{uuid.uuid4().hex[:12]}",
-            task_queue=self.settings.workflow_task_queue,
+            task_queue=self.settings.temporal.workflow_task_queue,
             static_summary="compaction, started by hand",
         )
 
     def rebuild_input(self, grace_seconds: float | None = None) -> RebuildInput:
         s = self.settings
         return RebuildInput(
-            batch_size=s.rebuild_batch_size,
-            hnsw_m=s.hnsw_m,
-            hnsw_ef_construct=s.hnsw_ef_construct,
-            grace_seconds=s.rebuild_grace_seconds if grace_seconds is None else grace_seconds,
+            batch_size=s.maintenance.rebuild_batch_size,
+            hnsw_m=s.index.hnsw_m,
+            hnsw_ef_construct=s.index.hnsw_ef_construct,
+            grace_seconds=s.maintenance.rebuild_grace_seconds
+            if grace_seconds is None
+            else grace_seconds,
         )
 
     async def start_rebuild(
@@ -300,20 +302,20 @@ class RagClient:
         return await self.client.start_workflow(
             RebuildIndexWorkflow.run,
             self.rebuild_input(grace_seconds),
-            id=rebuild_workflow_id(self.settings.qdrant_collection),
-            task_queue=self.settings.workflow_task_queue,
+            id=rebuild_workflow_id(self.settings.index.collection),
+            task_queue=self.settings.temporal.workflow_task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=f"rebuild the index {self.settings.qdrant_collection}",
+            static_summary=f"rebuild the index {self.settings.index.collection}",
         )
 
     def retrieval_plan(self, top_k: int = 1) -> RetrievalPlan:
         s = self.settings
         return RetrievalPlan(
-            mode=s.retrieval_mode,
-            candidates=max(s.retrieval_candidates, top_k),
-            fusion_method=s.fusion_method,
-            dense_weight=s.fusion_dense_weight,
-            keyword_weight=s.fusion_keyword_weight,
+            mode=s.retrieval.mode,
+            candidates=max(s.retrieval.candidates, top_k),
+            fusion_method=s.retrieval.fusion_method,
+            dense_weight=s.retrieval.fusion_dense_weight,
+            keyword_weight=s.retrieval.fusion_keyword_weight,
         )
 
     async def search(
@@ -331,7 +333,7 @@ class RagClient:
             SearchWorkflow.run,
             SearchWorkflowInput(request=request, plan=self.retrieval_plan(top_k)),
             id=f"search-{trace_id or uuid.uuid4().hex}",
-            task_queue=self.settings.workflow_task_queue,
+            task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": request.tenant},
             static_summary=f"search: {query[:80]}",
         )
@@ -339,7 +341,7 @@ class RagClient:
     def shadowed(self, workflow_id: str) -> bool:
         """Whether this answer is in the shadow sample: a hash of its id, so a retried start of
         the same request decides the same way."""
-        rate = self.settings.shadow_sample_rate
+        rate = self.settings.shadow.sample_rate
         if rate <= 0:
             return False
         digest = int.from_bytes(hashlib.sha256(workflow_id.encode()).digest()[:8], "big")
@@ -349,45 +351,45 @@ class RagClient:
         """The model new answers go to: the `default` alias a swap sets, else the settings'."""
         try:
             return await asyncio.to_thread(
-                model_alias.active, self.sessions, self.settings.llm_name
+                model_alias.active, self.sessions, self.settings.llm.name
             )
         except SQLAlchemyError as exc:
             # Answering needs Postgres anyway; this keeps the error where it belongs.
-            log.warning("cannot read the default model (%s); using %s", exc, self.settings.llm_name)
-            return self.settings.llm_name
+            log.warning("cannot read the default model (%s); using %s", exc, self.settings.llm.name)
+            return self.settings.llm.name
 
     def answer_plan(self, request: AskRequest, default_model: str = "") -> AnswerPlan:
         s = self.settings
-        if request.max_answer_tokens > s.llm_max_answer_tokens:
+        if request.max_answer_tokens > s.llm.max_answer_tokens:
             raise ValueError(
                 f"max_answer_tokens {request.max_answer_tokens} is over the limit of "
-                f"{s.llm_max_answer_tokens} (DURABLE_RAG_LLM_MAX_ANSWER_TOKENS)"
+                f"{s.llm.max_answer_tokens} (DURABLE_RAG_LLM_MAX_ANSWER_TOKENS)"
             )
-        context = s.llm_max_model_len - request.max_answer_tokens - PROMPT_OVERHEAD_TOKENS
+        context = s.llm.max_model_len - request.max_answer_tokens - PROMPT_OVERHEAD_TOKENS
         if context < 64:
             raise ValueError(
                 f"an answer of {request.max_answer_tokens} tokens leaves no room for context in "
-                f"the model's {s.llm_max_model_len} tokens"
+                f"the model's {s.llm.max_model_len} tokens"
             )
         return AnswerPlan(
-            model=request.model or default_model or s.llm_name,
-            fallback_model=s.llm_fallback_model,
+            model=request.model or default_model or s.llm.name,
+            fallback_model=s.llm.fallback_model,
             context_tokens=context,
             retrieval=self.retrieval_plan(request.top_k),
-            cache_answers=s.answer_cache,
-            keep_transcript=s.transcripts,
-            rewrite_model=s.query_rewrite_model,
-            rerank=bool(s.reranker_model),
-            rerank_candidates=s.rerank_candidates,
-            prompt=prompts.load(s.answer_prompt),
+            cache_answers=s.answer.cache,
+            keep_transcript=s.answer.transcripts,
+            rewrite_model=s.answer.query_rewrite_model,
+            rerank=bool(s.retrieval.reranker_model),
+            rerank_candidates=s.retrieval.rerank_candidates,
+            prompt=prompts.load(s.answer.prompt),
             routing=RoutingPlan(
-                small_model=s.router_small_model,
-                large_model=s.router_large_model,
-                max_simple_words=s.router_max_simple_words,
-                hard_words=s.router_hard_words,
-                min_confidence=s.router_min_confidence,
+                small_model=s.router.small_model,
+                large_model=s.router.large_model,
+                max_simple_words=s.router.max_simple_words,
+                hard_words=s.router.hard_words,
+                min_confidence=s.router.min_confidence,
             )
-            if s.router_small_model
+            if s.router.small_model
             else None,
         )
 
@@ -407,16 +409,16 @@ class RagClient:
             s = self.settings
             retrieval = plan.retrieval.model_copy(
                 update={
-                    "mode": s.shadow_retrieval_mode or plan.retrieval.mode,
+                    "mode": s.shadow.retrieval_mode or plan.retrieval.mode,
                     "candidates": max(
-                        s.shadow_retrieval_candidates or plan.retrieval.candidates, request.top_k
+                        s.shadow.retrieval_candidates or plan.retrieval.candidates, request.top_k
                     ),
-                    "fusion_method": s.shadow_fusion_method or plan.retrieval.fusion_method,
+                    "fusion_method": s.shadow.fusion_method or plan.retrieval.fusion_method,
                 }
             )
             candidate = ShadowPlan(
-                model=s.shadow_model or plan.model,
-                prompt=prompts.load(s.shadow_prompt or s.answer_prompt),
+                model=s.shadow.model or plan.model,
+                prompt=prompts.load(s.shadow.prompt or s.answer.prompt),
                 retrieval=retrieval if retrieval != plan.retrieval else None,
             )
             plan = plan.model_copy(update={"shadow": candidate})
@@ -424,7 +426,7 @@ class RagClient:
             AnswerWorkflow.run,
             AnswerWorkflowInput(request=request, plan=plan, history=history, stream_id=stream_id),
             id=workflow_id,
-            task_queue=self.settings.workflow_task_queue,
+            task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": request.tenant},
             static_summary=f"answer: {request.question[:80]}",
         )
@@ -442,11 +444,11 @@ class RagClient:
             conversation_id=conversation_id,
             plan=self.answer_plan(AskRequest(tenant=tenant, question="?")),
             window=WindowPlan(
-                history_tokens=s.conversation_history_tokens,
-                summary_tokens=s.conversation_summary_tokens,
-                summary_model=s.conversation_summary_model or s.llm_name,
-                idle_seconds=s.conversation_idle_seconds,
-                turns_per_run=s.conversation_turns_per_run,
+                history_tokens=s.conversation.history_tokens,
+                summary_tokens=s.conversation.summary_tokens,
+                summary_model=s.conversation.summary_model or s.llm.name,
+                idle_seconds=s.conversation.idle_seconds,
+                turns_per_run=s.conversation.turns_per_run,
             ),
         )
 
@@ -456,7 +458,7 @@ class RagClient:
             self.conversation_input(tenant, conversation_id),
             id=conversation_workflow_id(tenant, conversation_id),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            task_queue=self.settings.workflow_task_queue,
+            task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": tenant},
             static_summary=f"conversation {conversation_id} of tenant {tenant}",
         )

@@ -70,7 +70,7 @@ def _schedule(
     summary: str,
     settings: Settings,
 ) -> Desired:
-    digest = ids.short_hash(cron, arg.model_dump_json(), settings.workflow_task_queue)
+    digest = ids.short_hash(cron, arg.model_dump_json(), settings.temporal.workflow_task_queue)
     return Desired(
         schedule_id,
         Schedule(
@@ -79,7 +79,7 @@ def _schedule(
                 arg,
                 # Temporal appends the scheduled time: compact-2026-12-01T03:00:00Z.
                 id=workflow_id,
-                task_queue=settings.workflow_task_queue,
+                task_queue=settings.temporal.workflow_task_queue,
                 static_summary=summary,
             ),
             spec=ScheduleSpec(cron_expressions=[cron]),
@@ -95,34 +95,34 @@ def _schedule(
 
 def desired(settings: Settings) -> list[Desired]:
     wanted: list[Desired] = []
-    if settings.compaction_cron:
+    if settings.maintenance.compaction_cron:
         wanted.append(
             _schedule(
                 COMPACTION,
-                settings.compaction_cron,
+                settings.maintenance.compaction_cron,
                 CompactionWorkflow.run,
                 CompactionInput(
-                    batch_size=settings.compaction_batch_size,
-                    transcript_retention_days=settings.transcript_retention_days,
+                    batch_size=settings.maintenance.compaction_batch_size,
+                    transcript_retention_days=settings.answer.transcript_retention_days,
                 ),
                 "compact",
                 "scheduled compaction of the index and chunk store",
                 settings,
             )
         )
-    if settings.rebuild_cron:
+    if settings.maintenance.rebuild_cron:
         wanted.append(
             _schedule(
                 REBUILD,
-                settings.rebuild_cron,
+                settings.maintenance.rebuild_cron,
                 RebuildIndexWorkflow.run,
                 RebuildInput(
-                    batch_size=settings.rebuild_batch_size,
-                    hnsw_m=settings.hnsw_m,
-                    hnsw_ef_construct=settings.hnsw_ef_construct,
-                    grace_seconds=settings.rebuild_grace_seconds,
+                    batch_size=settings.maintenance.rebuild_batch_size,
+                    hnsw_m=settings.index.hnsw_m,
+                    hnsw_ef_construct=settings.index.hnsw_ef_construct,
+                    grace_seconds=settings.maintenance.rebuild_grace_seconds,
                 ),
-                rebuild_workflow_id(settings.qdrant_collection),
+                rebuild_workflow_id(settings.index.collection),
                 "scheduled rebuild of the vector index",
                 settings,
             )

@@ -186,9 +186,9 @@ def worker_queue(settings: Settings, kind: str) -> str:
     from ragkit.policies import llm_queue
 
     return {
-        "orchestrator": settings.workflow_task_queue,
-        "index": settings.index_task_queue,
-        "llm": llm_queue(settings.llm_name),
+        "orchestrator": settings.temporal.workflow_task_queue,
+        "index": settings.temporal.index_task_queue,
+        "llm": llm_queue(settings.llm.name),
     }[kind]
 
 
@@ -521,17 +521,17 @@ class EmbeddedStack:
             )
         self.settings = settings
         self.data_dir = settings.data_dir.resolve()
-        host, _, port = settings.temporal_address.rpartition(":")
+        host, _, port = settings.temporal.address.rpartition(":")
         if host not in ("127.0.0.1", "localhost"):
             raise StackError(f"the embedded Temporal server listens on 127.0.0.1, not {host}")
         self.temporal = TemporalDevServer(
             self.data_dir,
             int(port),
-            settings.temporal_ui_port,
-            settings.temporal_metrics_port,
-            settings.temporal_namespace,
+            settings.temporal.ui_port,
+            settings.temporal.metrics_port,
+            settings.temporal.namespace,
         )
-        self.postgres = EmbeddedPostgres(self.data_dir / "postgres", settings.postgres_port)
+        self.postgres = EmbeddedPostgres(self.data_dir / "postgres", settings.postgres.port)
 
     def queue_for(self, kind: str) -> str:
         return worker_queue(self.settings, kind)
@@ -549,8 +549,8 @@ class EmbeddedStack:
         echo(
             f"{'started' if started else 'running'}  Postgres             127.0.0.1:{self.postgres.port}"
         )
-        self.postgres.ensure_database(self.settings.postgres_database)
-        migrate(self.settings.sqlalchemy_url)
+        self.postgres.ensure_database(self.settings.postgres.database)
+        migrate(self.settings.postgres.sqlalchemy_url)
         echo("migrated Postgres schema (alembic upgrade head)")
         if workers:
             env = dict(os.environ)
@@ -563,7 +563,7 @@ class EmbeddedStack:
                 wait_worker_ready(
                     process,
                     self.temporal.address,
-                    self.settings.temporal_namespace,
+                    self.settings.temporal.namespace,
                     self.queue_for(kind),
                     # The LLM worker converts the packaged model once (~1 min) and loads vLLM.
                     timeout=600 if kind == "llm" else 180,
@@ -579,7 +579,7 @@ class EmbeddedStack:
     def _up_gateway(self, echo: Callable[[str], object]) -> None:
         process = gateway_process(self.data_dir)
         started = not process.running()
-        port = self.settings.gateway_port
+        port = self.settings.gateway.port
         if started:
             if port_in_use(port):
                 raise StackError(
@@ -593,7 +593,7 @@ class EmbeddedStack:
         wait_gateway_ready(process, port)
         auth = (
             "API key required: durable-rag keys create"
-            if self.settings.gateway_auth
+            if self.settings.gateway.auth
             else ("AUTHENTICATION OFF")
         )
         echo(
@@ -603,11 +603,11 @@ class EmbeddedStack:
 
     def urls(self) -> list[str]:
         return [
-            f"Gateway:           http://127.0.0.1:{self.settings.gateway_port}  (OpenAPI: /docs)",
-            f"Temporal UI:       {self.settings.temporal_ui_url}/namespaces/{self.settings.temporal_namespace}/workflows",
+            f"Gateway:           http://127.0.0.1:{self.settings.gateway.port}  (OpenAPI: /docs)",
+            f"Temporal UI:       {self.settings.temporal.ui_url}/namespaces/{self.settings.temporal.namespace}/workflows",
             f"Temporal frontend: {self.temporal.address}",
-            f"Temporal metrics:  http://127.0.0.1:{self.settings.temporal_metrics_port}/metrics",
-            f"Postgres:          {self.settings.sqlalchemy_url}",
+            f"Temporal metrics:  http://127.0.0.1:{self.settings.temporal.metrics_port}/metrics",
+            f"Postgres:          {self.settings.postgres.sqlalchemy_url}",
             f"Vector index:      {self.settings.index_path} (in the index worker)",
             f"Logs:              {self.data_dir / 'logs'}",
         ]
@@ -655,7 +655,7 @@ class EmbeddedStack:
                 "gateway",
                 gateway.running(),
                 gateway.pid(),
-                f"http://127.0.0.1:{self.settings.gateway_port}",
+                f"http://127.0.0.1:{self.settings.gateway.port}",
                 # A clean stop removes the pid file: none means it was not started.
                 required=gateway.pid() is not None,
             )

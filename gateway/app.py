@@ -183,16 +183,16 @@ class BodyLimit:
 
 
 def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
-    sessions = make_sessionmaker(settings.sqlalchemy_url)
-    listener = TokenListener(settings.sqlalchemy_url)
-    timeout = settings.gateway_request_timeout_seconds
+    sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
+    listener = TokenListener(settings.postgres.sqlalchemy_url)
+    timeout = settings.gateway.request_timeout_seconds
     holder: dict[str, RagClient] = {}
     if rag is not None:
         holder["rag"] = rag
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if not settings.gateway_auth:
+        if not settings.gateway.auth:
             log.warning(
                 "AUTHENTICATION IS OFF (DURABLE_RAG_GATEWAY_AUTH=false): anyone who can reach "
                 "this port acts as tenant %r",
@@ -239,7 +239,7 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
         authorization: Annotated[str | None, Header()] = None,
         x_api_key: Annotated[str | None, Header()] = None,
     ) -> str:
-        if not settings.gateway_auth:
+        if not settings.gateway.auth:
             return settings.default_tenant
         key = x_api_key
         if key is None and authorization and authorization.lower().startswith("bearer "):
@@ -477,7 +477,7 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
         try:
             model = openai_compat.resolve_model(body.model, settings)
             ask_request, history = openai_compat.to_ask(
-                body, tenant, model, settings.conversation_history_tokens
+                body, tenant, model, settings.conversation.history_tokens
             )
         except LookupError as exc:
             raise HTTPException(404, str(exc)) from exc
@@ -618,7 +618,7 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
         )
 
     app.state.token_listener = listener  # tests look at its subscribers
-    return RequestId(BodyLimit(app, settings.gateway_max_body_bytes))  # type: ignore[return-value]
+    return RequestId(BodyLimit(app, settings.gateway.max_body_bytes))  # type: ignore[return-value]
 
 
 def _error_event(status: int, detail: str) -> dict[str, str]:
@@ -643,9 +643,9 @@ async def readiness(settings: Settings, sessions: Any, rag: RagClient) -> dict[s
     except Exception as exc:
         checks["postgres"] = f"unreachable: {type(exc).__name__}"
     queues = {
-        "orchestrator worker": settings.workflow_task_queue,
-        "index worker": settings.index_task_queue,
-        "llm worker": policies.llm_queue(settings.llm_name),
+        "orchestrator worker": settings.temporal.workflow_task_queue,
+        "index worker": settings.temporal.index_task_queue,
+        "llm worker": policies.llm_queue(settings.llm.name),
     }
     for name, queue in queues.items():
         checks[name] = (

@@ -24,7 +24,7 @@ DEFAULT_MAX_TOKENS = 256
 
 
 def served_models(settings: Settings) -> list[str]:
-    return [m for m in (SERVICE_MODEL, settings.llm_name, settings.llm_fallback_model) if m]
+    return [m for m in (SERVICE_MODEL, settings.llm.name, settings.llm.fallback_model) if m]
 
 
 def resolve_model(requested: str, settings: Settings) -> str | None:

@@ -14,8 +14,8 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     setup_logging(settings)
     uvicorn.run(
         create_app(settings),
-        host=host or settings.gateway_host,
-        port=port or settings.gateway_port,
+        host=host or settings.gateway.host,
+        port=port or settings.gateway.port,
         # Our logging, not uvicorn's: every line carries the trace id, and the gateway writes
         # its own access line (with the request id) instead of uvicorn's.
         log_config=None,

@@ -17,7 +17,7 @@ target_metadata = Base.metadata
 
 def _url() -> str:
     x_args = context.get_x_argument(as_dictionary=True)
-    return x_args.get("url") or config.attributes.get("url") or Settings().sqlalchemy_url
+    return x_args.get("url") or config.attributes.get("url") or Settings().postgres.sqlalchemy_url
 
 
 def run_migrations_offline() -> None:

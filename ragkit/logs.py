@@ -63,7 +63,7 @@ class _JsonFormatter(logging.Formatter):
 
 def setup_logging(settings: Settings) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if settings.log_format == "json":
+    if settings.log.format == "json":
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(
@@ -72,6 +72,6 @@ def setup_logging(settings: Settings) -> None:
     handler.addFilter(_TraceFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(settings.log_level)
+    root.setLevel(settings.log.level)
     for noisy in ("httpx", "urllib3", "transformers", "FlagEmbedding", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

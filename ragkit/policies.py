@@ -416,16 +416,16 @@ _queues: dict[Queue, str] = {
 def configure(settings: Settings) -> None:
     """Apply a process's settings: task queue names and operator overrides."""
     table = dict(DECLARED)
-    for name, override in settings.activity_policies.items():
+    for name, override in settings.worker.activity_policies.items():
         if name not in table:
             known = ", ".join(sorted(table))
             raise ValueError(f"activity_policies names unknown activity {name!r}; known: {known}")
         table[name] = _apply(table[name], override)
     _effective.clear()
     _effective.update(table)
-    _queues[Queue.WORKFLOW] = settings.workflow_task_queue
-    _queues[Queue.INDEX] = settings.index_task_queue
-    _queues[Queue.LLM] = llm_queue(settings.llm_name)
+    _queues[Queue.WORKFLOW] = settings.temporal.workflow_task_queue
+    _queues[Queue.INDEX] = settings.temporal.index_task_queue
+    _queues[Queue.LLM] = llm_queue(settings.llm.name)
 
 
 def _apply(policy: ActivityPolicy, o: ActivityPolicyOverride) -> ActivityPolicy:

@@ -3,6 +3,12 @@
 Every value comes from `DURABLE_RAG_*` environment variables or an optional `.env` file. Code
 elsewhere receives a `Settings` instance (or the values it needs) and never reads the environment.
 
+Settings are grouped by what they configure (`settings.llm.max_model_len`, `settings.gateway.port`).
+Each field keeps one flat name, its alias, and that is its environment variable:
+`settings.llm.max_model_len` is `DURABLE_RAG_LLM_MAX_MODEL_LEN`, `settings.temporal.
+workflow_task_queue` is `DURABLE_RAG_WORKFLOW_TASK_QUEUE`. The constructor and `model_copy`
+take those flat names too (`Settings(llm_max_model_len=4096)`), as the environment does.
+
 Two profiles share every field; the profile only changes defaults:
 - `embedded`: one machine, no Docker; Temporal dev server, embedded Postgres, in-process Qdrant
   Edge index, the packaged MiniLM embedder.
@@ -11,21 +17,30 @@ Two profiles share every field; the profile only changes defaults:
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from dotenv import dotenv_values
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from ragkit import prompts
 from schemas.answer import DEFAULT_HARD_WORDS
 
+ENV_PREFIX = "DURABLE_RAG_"
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 PACKAGED_SMOLLM2 = "packaged:SmolLM2-135M-Instruct"
 
-# Defaults that differ by profile. Values given explicitly always win.
+# Defaults that differ by profile, by flat name. Values given explicitly always win.
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "embedded": {
         "vector_backend": "edge",
@@ -50,6 +65,18 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+def _group(prefix: str) -> ConfigDict:
+    """A settings group: a field's flat name (its alias) is `prefix` + its name unless it
+    declares another; both names are accepted."""
+    generate: Callable[[str], str] = lambda name: prefix + name  # noqa: E731
+    return ConfigDict(
+        extra="forbid",
+        alias_generator=generate,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
+
+
 class ActivityPolicyOverride(BaseModel):
     """Operator override of one row of the activity policy table (ragkit/policies.py).
 
@@ -66,16 +93,499 @@ class ActivityPolicyOverride(BaseModel):
     maximum_attempts: int | None = Field(default=None, ge=0, le=1_000)
 
 
+class LogSettings(BaseModel):
+    model_config = _group("log_")
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO")
+    format: Literal["text", "json"] = Field(
+        default="text", description="Readable lines (embedded) or JSON lines (production)."
+    )
+
+
+class TemporalSettings(BaseModel):
+    model_config = _group("temporal_")
+
+    address: str = Field(default="127.0.0.1:7233", description="host:port of the frontend.")
+    namespace: str = Field(default="default", min_length=1)
+    ui_url: str = Field(
+        default="http://127.0.0.1:8233", description="Base URL printed for operators."
+    )
+    ui_port: int = Field(default=8233, ge=1, le=65_535, description="Embedded dev server UI.")
+    metrics_port: int = Field(
+        default=9233, ge=1, le=65_535, description="Embedded dev server Prometheus metrics."
+    )
+    workflow_task_queue: str = Field(
+        default="rag-workflows",
+        alias="workflow_task_queue",
+        description="Orchestrator worker: workflows and Postgres activities.",
+    )
+    index_task_queue: str = Field(
+        default="rag-index",
+        alias="index_task_queue",
+        description="Index worker: vector index and embedding activities. In the embedded profile "
+        "this process is the only opener of the in-process index.",
+    )
+
+
+class PostgresSettings(BaseModel):
+    model_config = _group("postgres_")
+
+    url: str | None = Field(
+        default=None,
+        alias="database_url",
+        description="SQLAlchemy URL (postgresql+psycopg://...). Embedded profile: derived from "
+        "postgres_port when unset.",
+    )
+    port: int = Field(default=5433, ge=1, le=65_535, description="Embedded Postgres port.")
+    database: str = Field(default="durable_rag", pattern=r"^[a-z_][a-z0-9_]*$")
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.url:
+            return self.url
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{self.database}"
+
+
+class IndexSettings(BaseModel):
+    model_config = _group("")
+
+    backend: Literal["edge", "qdrant"] = Field(
+        default="edge",
+        alias="vector_backend",
+        description="edge: in-process qdrant-edge; qdrant: a Qdrant server.",
+    )
+    qdrant_url: str = Field(default="http://127.0.0.1:6333", description="Qdrant server URL.")
+    collection: str = Field(
+        default="chunks", alias="qdrant_collection", pattern=r"^[A-Za-z0-9_-]+$"
+    )
+    qdrant_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    hnsw_m: int = Field(default=16, ge=4, le=64, description="HNSW edges per node (R20: 16-32).")
+    hnsw_ef_construct: int = Field(
+        default=100, ge=16, le=512, description="HNSW build candidates (R20: 100-200)."
+    )
+    hnsw_ef_search: int = Field(default=128, ge=8, le=1_024, description="HNSW search candidates.")
+
+
+class EmbeddingSettings(BaseModel):
+    model_config = _group("embedding_")
+
+    model: str = Field(
+        default=PACKAGED_MINILM,
+        min_length=1,
+        description="'packaged:all-MiniLM-L6-v2', a local folder, or a model name such as "
+        "BAAI/bge-small-en-v1.5 (loaded the same way by FlagEmbedding).",
+    )
+    device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
+    batch_size: int = Field(
+        default=8,
+        ge=1,
+        le=1_024,
+        description="Passages per encoder call and per heartbeat. On 2 CPU cores 8 encodes 512-token "
+        "passages ~1.5x faster than 32.",
+    )
+    max_length: int = Field(
+        default=512, ge=16, le=8_192, description="Token limit passed to the encoder."
+    )
+
+
+class IngestSettings(BaseModel):
+    model_config = _group("ingest_")
+
+    chunk_tokens: int = Field(
+        default=512,
+        ge=128,
+        le=1_024,
+        alias="chunk_tokens",
+        description="Chunk budget in embedding-model tokens (R19).",
+    )
+    chunk_overlap: float = Field(
+        default=0.15,
+        ge=0.10,
+        le=0.20,
+        alias="chunk_overlap",
+        description="Fraction of a chunk repeated in the next (R19).",
+    )
+    max_document_bytes: int = Field(
+        default=20 * 1024 * 1024,
+        ge=1_024,
+        le=1024 * 1024 * 1024,
+        alias="max_document_bytes",
+        description="Larger files are refused.",
+    )
+    batch_documents: int = Field(
+        default=8, ge=1, le=500, description="Documents per ingest batch (one resumable unit)."
+    )
+    batches_per_run: int = Field(
+        default=50,
+        ge=1,
+        le=10_000,
+        description="Batches one ingest workflow run handles before continue-as-new.",
+    )
+
+
+class LlmSettings(BaseModel):
+    """Generation: what an LLM worker serves, and the bounds every answer respects."""
+
+    model_config = _group("llm_")
+
+    backend: Literal["vllm", "openai"] = Field(
+        default="vllm",
+        description="vllm: engine in the worker process; openai: a compatible server.",
+    )
+    model: str = Field(
+        default=PACKAGED_SMOLLM2,
+        min_length=1,
+        description="What the LLM worker loads: 'packaged:SmolLM2-135M-Instruct', a folder or a "
+        "model name.",
+    )
+    served_name: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]*$",
+        description="Name of the model in results and in its task queue llm-<name>; default: "
+        "derived from llm_model.",
+    )
+    fallback_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]*$",
+        description="Served name of the fallback model whose queue (llm-<name>) takes over when the "
+        "primary fails or does not start in time; empty: no fallback model.",
+    )
+    openai_base_url: str = Field(
+        default="http://127.0.0.1:8000/v1", description="openai backend: the server's /v1 URL."
+    )
+    max_model_len: int = Field(
+        default=2_048,
+        ge=256,
+        le=1_048_576,
+        description="Context length the engine allocates (R10).",
+    )
+    max_num_seqs: int = Field(
+        default=8, ge=1, le=1_024, description="Sequences batched together by the engine (R10)."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.90,
+        ge=0.10,
+        le=0.98,
+        description="Share of GPU memory vLLM takes (vllm-cpu: of the NUMA node RAM).",
+    )
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, le=16, description="GPU only: GPUs one model is split over."
+    )
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        default="float32", description="Weights dtype; CPU engines need float32 or bfloat16."
+    )
+    enforce_eager: bool = Field(
+        default=True, description="Skip graph capture: faster start, slower steady state."
+    )
+    cpu_kvcache_gib: int = Field(
+        default=2, ge=1, le=512, description="vllm-cpu only: KV cache size in GiB."
+    )
+    max_answer_tokens: int = Field(
+        default=256, ge=1, le=16_384, description="Upper bound on any answer's length (R12)."
+    )
+    max_concurrent_generations: int = Field(
+        default=8,
+        ge=1,
+        le=1_024,
+        description="Activity slots of an LLM worker: in-flight generations.",
+    )
+
+    @property
+    def name(self) -> str:
+        """Served name of the primary model: served_name, or derived from model."""
+        if self.served_name:
+            return self.served_name
+        base = self.model.removeprefix("packaged:").rstrip("/").rsplit("/", 1)[-1]
+        return re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-")
+
+
+class RetrievalSettings(BaseModel):
+    model_config = _group("")
+
+    mode: Literal["hybrid", "dense", "keyword"] = Field(
+        default="hybrid",
+        alias="retrieval_mode",
+        description="hybrid: vector and keyword search in parallel, fused; or one of them alone.",
+    )
+    candidates: int = Field(
+        default=20,
+        ge=1,
+        le=200,
+        alias="retrieval_candidates",
+        description="Passages each retriever returns before fusion.",
+    )
+    fusion_method: Literal["zscore", "rrf"] = Field(
+        default="zscore", description="How vector and keyword results are merged."
+    )
+    fusion_dense_weight: float = Field(default=0.7, ge=0, le=1)
+    fusion_keyword_weight: float = Field(default=0.3, ge=0, le=1)
+    reranker_model: str = Field(
+        default="",
+        description="Cross-encoder for reranking: 'packaged:minilm-reranker' (a locally made "
+        "stand-in), a folder or a model name (e.g. BAAI/bge-reranker-v2-m3); empty: no rerank.",
+    )
+    rerank_candidates: int = Field(
+        default=10, ge=1, le=100, description="Fused passages the reranker scores."
+    )
+
+
+class AnswerSettings(BaseModel):
+    model_config = _group("answer_")
+
+    query_rewrite_model: str = Field(
+        default="",
+        alias="query_rewrite_model",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of a model whose LLM queue rewrites each question into a search "
+        "query before retrieval (adds a generation to every answer); empty: cheap rules only.",
+    )
+    prompt: str = Field(
+        default="answer-v1",
+        pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        description="Prompt template version (ragkit/prompts/<id>.toml); every answer records it "
+        "and the file's hash.",
+    )
+    cache: bool = Field(
+        default=True,
+        description="Keep each generated answer (per question and corpus version) for the "
+        "fallback path: when every model queue fails, a cached answer beats the default reply.",
+    )
+    transcripts: bool = Field(
+        default=True,
+        alias="transcripts",
+        description="Keep each answer's exact prompt and output in Postgres (`transcripts`), "
+        "apart from the logs, which never carry them at INFO.",
+    )
+    transcript_retention_days: int = Field(
+        default=30,
+        ge=1,
+        le=3_650,
+        alias="transcript_retention_days",
+        description="Compaction deletes transcripts older than this.",
+    )
+    context_passages: int = Field(
+        default=5, ge=1, le=50, description="Most passages placed in the prompt."
+    )
+
+
+class RouterSettings(BaseModel):
+    """The model router: simple questions to a small model, hard ones to a large one."""
+
+    model_config = _group("router_")
+
+    small_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of the model simple questions go to; with router_large_model it "
+        "turns routing on (both or neither).",
+    )
+    large_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of the model long, reasoning or low-confidence questions go to.",
+    )
+    max_simple_words: int = Field(
+        default=24, ge=1, le=1_000, description="A longer question goes to the large model."
+    )
+    hard_words: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_HARD_WORDS),
+        max_length=200,
+        description="Reasoning cues (words or phrases) that send a question to the large model.",
+    )
+    min_confidence: float = Field(
+        default=0.3,
+        ge=-1.0,
+        le=1.0,
+        description="Under this best vector similarity, retrieval is unsure: the large model.",
+    )
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Self:
+        if bool(self.small_model) != bool(self.large_model):
+            raise ValueError("set both router_small_model and router_large_model, or neither")
+        return self
+
+
+class ShadowSettings(BaseModel):
+    """Shadow mode (R28): a candidate configuration on sampled live requests."""
+
+    model_config = _group("shadow_")
+
+    model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of a candidate model that sampled requests also run, in a "
+        "shadow child that never changes or delays the answer (R28); empty: the live model.",
+    )
+    prompt: str = Field(
+        default="",
+        pattern=r"^([a-z0-9][a-z0-9._-]{0,63})?$",
+        description="Candidate prompt template for shadow runs; empty: the live one.",
+    )
+    retrieval_mode: Literal["", "hybrid", "dense", "keyword"] = Field(
+        default="", description="Candidate retrieval mode for shadow runs; empty: the live one."
+    )
+    retrieval_candidates: int = Field(
+        default=0, ge=0, le=200, description="Candidate hits per retriever; 0: the live number."
+    )
+    fusion_method: Literal["", "zscore", "rrf"] = Field(
+        default="", description="Candidate fusion for shadow runs; empty: the live one."
+    )
+    sample_rate: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Share of answers shadowed; 0: none."
+    )
+
+    @model_validator(mode="after")
+    def _needs_a_candidate(self) -> Self:
+        if self.prompt:
+            prompts.load(self.prompt)
+        candidate = (
+            self.model,
+            self.prompt,
+            self.retrieval_mode,
+            self.retrieval_candidates,
+            self.fusion_method,
+        )
+        if self.sample_rate and not any(candidate):
+            raise ValueError(
+                "shadow_sample_rate needs a candidate: shadow_model, shadow_prompt or a "
+                "shadow_retrieval_* / shadow_fusion_method setting"
+            )
+        return self
+
+
+class ConversationSettings(BaseModel):
+    model_config = _group("conversation_")
+
+    history_tokens: int = Field(
+        default=600,
+        ge=64,
+        le=1_000_000,
+        description="Prompt budget for a conversation's history: rolling summary + recent turns.",
+    )
+    summary_tokens: int = Field(
+        default=160,
+        ge=16,
+        le=100_000,
+        description="Longest summary; turns are folded once the verbatim ones outgrow "
+        "history minus summary tokens.",
+    )
+    summary_model: str = Field(
+        default="",
+        pattern=r"^[a-z0-9._-]{0,64}$",
+        description="Served name of the model that summarizes; empty: the primary model.",
+    )
+    idle_seconds: float = Field(
+        default=900, ge=1, le=30 * 86_400, description="A conversation workflow closes after it."
+    )
+    turns_per_run: int = Field(
+        default=100, ge=2, le=10_000, description="Turns before the workflow continues-as-new."
+    )
+
+    @model_validator(mode="after")
+    def _summary_fits(self) -> Self:
+        if self.summary_tokens * 2 > self.history_tokens:
+            raise ValueError(
+                "conversation_summary_tokens must be at most half of conversation_history_tokens "
+                "(the rest holds the recent turns verbatim)"
+            )
+        return self
+
+
+class GatewaySettings(BaseModel):
+    model_config = _group("gateway_")
+
+    host: str = Field(default="127.0.0.1", description="Address the gateway binds.")
+    port: int = Field(default=8080, ge=1, le=65_535)
+    auth: bool = Field(
+        default=True,
+        description="Require an API key (durable-rag keys create). Off only on a trusted "
+        "machine: the gateway says so loudly at start, and every request is the default tenant.",
+    )
+    max_body_bytes: int = Field(
+        default=1_048_576, ge=1_024, le=1_073_741_824, description="Larger bodies get 413."
+    )
+    request_timeout_seconds: float = Field(
+        default=90,
+        gt=0,
+        le=3_600,
+        description="An answer not done by then is cancelled (its workflow too) and gets 504. "
+        "Set it to ~1.5x the measured inference P99 (bench/answer.py).",
+    )
+
+
+class MaintenanceSettings(BaseModel):
+    """Index maintenance: the compaction and rebuild schedules and their step sizes."""
+
+    model_config = _group("")
+
+    compaction_cron: str = Field(
+        default="0 3 * * *",
+        pattern=r"^((\S+\s+){4}\S+)?$",
+        description="When the compaction schedule runs (cron, UTC; five fields); empty: none. "
+        "Applied by `durable-rag schedules apply`.",
+    )
+    compaction_batch_size: int = Field(
+        default=1_000, ge=10, le=100_000, description="Rows or points one compaction step removes."
+    )
+    rebuild_cron: str = Field(
+        default="",
+        pattern=r"^((\S+\s+){4}\S+)?$",
+        description="Periodic index rebuilds (cron, UTC); empty: none (a rebuild still starts "
+        "on a model or HNSW change, and on demand).",
+    )
+    rebuild_batch_size: int = Field(default=256, ge=8, le=10_000, description="Chunks per step.")
+    rebuild_grace_seconds: float = Field(
+        default=3_600,
+        ge=0,
+        le=30 * 86_400,
+        description="How long the replaced index generation is kept after a rebuild switches.",
+    )
+
+
+class WorkerSettings(BaseModel):
+    """What every worker process shares: activity slots, draining, policies, metrics, faults."""
+
+    model_config = _group("worker_")
+
+    max_concurrent_activities: int = Field(default=4, ge=1, le=1_000)
+    drain_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=3_600,
+        description="On SIGTERM a worker stops polling and lets its running activities finish "
+        "for this long before it cancels them (a model swap's drain; compose's stop_grace_period "
+        "must be longer).",
+    )
+    activity_policies: dict[str, ActivityPolicyOverride] = Field(
+        default_factory=dict,
+        alias="activity_policies",
+        description="Overrides of the activity policy table, by activity name, as JSON.",
+    )
+    metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65_535,
+        alias="metrics_port",
+        description="Worker Prometheus port; 0 disables it.",
+    )
+    failpoints_file: Path | None = Field(
+        default=None,
+        alias="failpoints_file",
+        description="Fault injection for the fault matrix (bench/faults.py): a JSON file of "
+        "failpoints the workers read while running (ragkit/failpoints.py). Never in production.",
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="DURABLE_RAG_",
+        env_prefix=ENV_PREFIX,
         env_file=".env",
         env_file_encoding="utf-8",
         extra="ignore",
         validate_default=True,
     )
 
-    # --- deployment -------------------------------------------------------------------------
     profile: Literal["embedded", "production"] = Field(
         default="embedded", description="Which set of defaults applies (see PROFILE_DEFAULTS)."
     )
@@ -91,418 +601,70 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z0-9_.-]+$",
         description="Tenant used when a request names none.",
     )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO")
-    log_format: Literal["text", "json"] = Field(
-        default="text", description="Readable lines (embedded) or JSON lines (production)."
-    )
+    log: LogSettings = Field(default_factory=LogSettings)
+    temporal: TemporalSettings = Field(default_factory=TemporalSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    index: IndexSettings = Field(default_factory=IndexSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    llm: LlmSettings = Field(default_factory=LlmSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    answer: AnswerSettings = Field(default_factory=AnswerSettings)
+    router: RouterSettings = Field(default_factory=RouterSettings)
+    shadow: ShadowSettings = Field(default_factory=ShadowSettings)
+    conversation: ConversationSettings = Field(default_factory=ConversationSettings)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
 
-    # --- Temporal ---------------------------------------------------------------------------
-    temporal_address: str = Field(
-        default="127.0.0.1:7233", description="host:port of the frontend."
-    )
-    temporal_namespace: str = Field(default="default", min_length=1)
-    temporal_ui_url: str = Field(
-        default="http://127.0.0.1:8233", description="Base URL printed for operators."
-    )
-    temporal_ui_port: int = Field(
-        default=8233, ge=1, le=65_535, description="Embedded dev server UI."
-    )
-    temporal_metrics_port: int = Field(
-        default=9233, ge=1, le=65_535, description="Embedded dev server Prometheus metrics."
-    )
-    workflow_task_queue: str = Field(
-        default="rag-workflows",
-        description="Orchestrator worker: workflows and Postgres activities.",
-    )
-    index_task_queue: str = Field(
-        default="rag-index",
-        description="Index worker: vector index and embedding activities. In the embedded profile "
-        "this process is the only opener of the in-process index.",
-    )
-
-    # --- Postgres ---------------------------------------------------------------------------
-    database_url: str | None = Field(
-        default=None,
-        description="SQLAlchemy URL (postgresql+psycopg://...). Embedded profile: derived from "
-        "postgres_port when unset.",
-    )
-    postgres_port: int = Field(default=5433, ge=1, le=65_535, description="Embedded Postgres port.")
-    postgres_database: str = Field(default="durable_rag", pattern=r"^[a-z_][a-z0-9_]*$")
-
-    # --- vector index -----------------------------------------------------------------------
-    vector_backend: Literal["edge", "qdrant"] = Field(
-        default="edge", description="edge: in-process qdrant-edge; qdrant: a Qdrant server."
-    )
-    qdrant_url: str = Field(default="http://127.0.0.1:6333", description="Qdrant server URL.")
-    qdrant_collection: str = Field(default="chunks", pattern=r"^[A-Za-z0-9_-]+$")
-    qdrant_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
-    hnsw_m: int = Field(default=16, ge=4, le=64, description="HNSW edges per node (R20: 16-32).")
-    hnsw_ef_construct: int = Field(
-        default=100, ge=16, le=512, description="HNSW build candidates (R20: 100-200)."
-    )
-    hnsw_ef_search: int = Field(default=128, ge=8, le=1_024, description="HNSW search candidates.")
-
-    # --- embedding --------------------------------------------------------------------------
-    embedding_model: str = Field(
-        default=PACKAGED_MINILM,
-        min_length=1,
-        description="'packaged:all-MiniLM-L6-v2', a local folder, or a model name such as "
-        "BAAI/bge-small-en-v1.5 (loaded the same way by FlagEmbedding).",
-    )
-    embedding_device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
-    embedding_batch_size: int = Field(
-        default=8,
-        ge=1,
-        le=1_024,
-        description="Passages per encoder call and per heartbeat. On 2 CPU cores 8 encodes 512-token "
-        "passages ~1.5x faster than 32.",
-    )
-    embedding_max_length: int = Field(
-        default=512, ge=16, le=8_192, description="Token limit passed to the encoder."
-    )
-
-    # --- ingestion --------------------------------------------------------------------------
-    chunk_tokens: int = Field(
-        default=512, ge=128, le=1_024, description="Chunk budget in embedding-model tokens (R19)."
-    )
-    chunk_overlap: float = Field(
-        default=0.15,
-        ge=0.10,
-        le=0.20,
-        description="Fraction of a chunk repeated in the next (R19).",
-    )
-    max_document_bytes: int = Field(
-        default=20 * 1024 * 1024,
-        ge=1_024,
-        le=1024 * 1024 * 1024,
-        description="Larger files are refused.",
-    )
-    ingest_batch_documents: int = Field(
-        default=8, ge=1, le=500, description="Documents per ingest batch (one resumable unit)."
-    )
-    ingest_batches_per_run: int = Field(
-        default=50,
-        ge=1,
-        le=10_000,
-        description="Batches one ingest workflow run handles before continue-as-new.",
-    )
-
-    # --- generation (LLM workers) -------------------------------------------------------------
-    llm_backend: Literal["vllm", "openai"] = Field(
-        default="vllm",
-        description="vllm: engine in the worker process; openai: a compatible server.",
-    )
-    llm_model: str = Field(
-        default=PACKAGED_SMOLLM2,
-        min_length=1,
-        description="What the LLM worker loads: 'packaged:SmolLM2-135M-Instruct', a folder or a "
-        "model name.",
-    )
-    llm_served_name: str = Field(
-        default="",
-        pattern=r"^[a-z0-9._-]*$",
-        description="Name of the model in results and in its task queue llm-<name>; default: "
-        "derived from llm_model.",
-    )
-    llm_fallback_model: str = Field(
-        default="",
-        pattern=r"^[a-z0-9._-]*$",
-        description="Served name of the fallback model whose queue (llm-<name>) takes over when the "
-        "primary fails or does not start in time; empty: no fallback model.",
-    )
-    llm_openai_base_url: str = Field(
-        default="http://127.0.0.1:8000/v1", description="openai backend: the server's /v1 URL."
-    )
-    llm_max_model_len: int = Field(
-        default=2_048,
-        ge=256,
-        le=1_048_576,
-        description="Context length the engine allocates (R10).",
-    )
-    llm_max_num_seqs: int = Field(
-        default=8, ge=1, le=1_024, description="Sequences batched together by the engine (R10)."
-    )
-    llm_gpu_memory_utilization: float = Field(
-        default=0.90,
-        ge=0.10,
-        le=0.98,
-        description="Share of GPU memory vLLM takes (vllm-cpu: of the NUMA node RAM).",
-    )
-    llm_tensor_parallel_size: int = Field(
-        default=1, ge=1, le=16, description="GPU only: GPUs one model is split over."
-    )
-    llm_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
-        default="float32", description="Weights dtype; CPU engines need float32 or bfloat16."
-    )
-    llm_enforce_eager: bool = Field(
-        default=True, description="Skip graph capture: faster start, slower steady state."
-    )
-    llm_cpu_kvcache_gib: int = Field(
-        default=2, ge=1, le=512, description="vllm-cpu only: KV cache size in GiB."
-    )
-    llm_max_answer_tokens: int = Field(
-        default=256, ge=1, le=16_384, description="Upper bound on any answer's length (R12)."
-    )
-    worker_drain_seconds: float = Field(
-        default=60.0,
-        ge=0,
-        le=3_600,
-        description="On SIGTERM a worker stops polling and lets its running activities finish "
-        "for this long before it cancels them (a model swap's drain; compose's stop_grace_period "
-        "must be longer).",
-    )
-    llm_max_concurrent_generations: int = Field(
-        default=8,
-        ge=1,
-        le=1_024,
-        description="Activity slots of an LLM worker: in-flight generations.",
-    )
-
-    # --- answering ----------------------------------------------------------------------------
-    query_rewrite_model: str = Field(
-        default="",
-        pattern=r"^[a-z0-9._-]{0,64}$",
-        description="Served name of a model whose LLM queue rewrites each question into a search "
-        "query before retrieval (adds a generation to every answer); empty: cheap rules only.",
-    )
-    answer_prompt: str = Field(
-        default="answer-v1",
-        pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
-        description="Prompt template version (ragkit/prompts/<id>.toml); every answer "
-        "records it and the file's hash.",
-    )
-    shadow_model: str = Field(
-        default="",
-        pattern=r"^[a-z0-9._-]{0,64}$",
-        description="Served name of a candidate model that sampled requests also run, in a "
-        "shadow child that never changes or delays the answer (R28); empty: the live model.",
-    )
-    shadow_prompt: str = Field(
-        default="",
-        pattern=r"^([a-z0-9][a-z0-9._-]{0,63})?$",
-        description="Candidate prompt template for shadow runs; empty: the live one.",
-    )
-    shadow_retrieval_mode: Literal["", "hybrid", "dense", "keyword"] = Field(
-        default="", description="Candidate retrieval mode for shadow runs; empty: the live one."
-    )
-    shadow_retrieval_candidates: int = Field(
-        default=0, ge=0, le=200, description="Candidate hits per retriever; 0: the live number."
-    )
-    shadow_fusion_method: Literal["", "zscore", "rrf"] = Field(
-        default="", description="Candidate fusion for shadow runs; empty: the live one."
-    )
-    shadow_sample_rate: float = Field(
-        default=0.0, ge=0.0, le=1.0, description="Share of answers shadowed; 0: none."
-    )
-    router_small_model: str = Field(
-        default="",
-        pattern=r"^[a-z0-9._-]{0,64}$",
-        description="Served name of the model simple questions go to; with router_large_model it "
-        "turns routing on (both or neither).",
-    )
-    router_large_model: str = Field(
-        default="",
-        pattern=r"^[a-z0-9._-]{0,64}$",
-        description="Served name of the model long, reasoning or low-confidence questions go to.",
-    )
-    router_max_simple_words: int = Field(
-        default=24, ge=1, le=1_000, description="A longer question goes to the large model."
-    )
-    router_hard_words: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_HARD_WORDS),
-        max_length=200,
-        description="Reasoning cues (words or phrases) that send a question to the large model.",
-    )
-    router_min_confidence: float = Field(
-        default=0.3,
-        ge=-1.0,
-        le=1.0,
-        description="Under this best vector similarity, retrieval is unsure: the large model.",
-    )
-    retrieval_mode: Literal["hybrid", "dense", "keyword"] = Field(
-        default="hybrid",
-        description="hybrid: vector and keyword search in parallel, fused; or one of them alone.",
-    )
-    retrieval_candidates: int = Field(
-        default=20, ge=1, le=200, description="Passages each retriever returns before fusion."
-    )
-    fusion_method: Literal["zscore", "rrf"] = Field(
-        default="zscore", description="How vector and keyword results are merged."
-    )
-    fusion_dense_weight: float = Field(default=0.7, ge=0, le=1)
-    fusion_keyword_weight: float = Field(default=0.3, ge=0, le=1)
-    reranker_model: str = Field(
-        default="",
-        description="Cross-encoder for reranking: 'packaged:minilm-reranker' (a locally made "
-        "stand-in), a folder or a model name (e.g. BAAI/bge-reranker-v2-m3); empty: no rerank.",
-    )
-    rerank_candidates: int = Field(
-        default=10, ge=1, le=100, description="Fused passages the reranker scores."
-    )
-    answer_cache: bool = Field(
-        default=True,
-        description="Keep each generated answer (per question and corpus version) for the "
-        "fallback path: when every model queue fails, a cached answer beats the default reply.",
-    )
-    transcripts: bool = Field(
-        default=True,
-        description="Keep each answer's exact prompt and output in Postgres (`transcripts`), "
-        "apart from the logs, which never carry them at INFO.",
-    )
-    transcript_retention_days: int = Field(
-        default=30, ge=1, le=3_650, description="Compaction deletes transcripts older than this."
-    )
-    answer_context_passages: int = Field(
-        default=5, ge=1, le=50, description="Most passages placed in the prompt."
-    )
-
-    # --- conversations ------------------------------------------------------------------------
-    conversation_history_tokens: int = Field(
-        default=600,
-        ge=64,
-        le=1_000_000,
-        description="Prompt budget for a conversation's history: rolling summary + recent turns.",
-    )
-    conversation_summary_tokens: int = Field(
-        default=160,
-        ge=16,
-        le=100_000,
-        description="Longest summary; turns are folded once the verbatim ones outgrow "
-        "history minus summary tokens.",
-    )
-    conversation_summary_model: str = Field(
-        default="",
-        pattern=r"^[a-z0-9._-]{0,64}$",
-        description="Served name of the model that summarizes; empty: the primary model.",
-    )
-    conversation_idle_seconds: float = Field(
-        default=900, ge=1, le=30 * 86_400, description="A conversation workflow closes after it."
-    )
-    conversation_turns_per_run: int = Field(
-        default=100, ge=2, le=10_000, description="Turns before the workflow continues-as-new."
-    )
-
-    # --- HTTP gateway -------------------------------------------------------------------------
-    gateway_host: str = Field(default="127.0.0.1", description="Address the gateway binds.")
-    gateway_port: int = Field(default=8080, ge=1, le=65_535)
-    gateway_auth: bool = Field(
-        default=True,
-        description="Require an API key (durable-rag keys create). Off only on a trusted "
-        "machine: the gateway says so loudly at start, and every request is the default tenant.",
-    )
-    gateway_max_body_bytes: int = Field(
-        default=1_048_576, ge=1_024, le=1_073_741_824, description="Larger bodies get 413."
-    )
-    gateway_request_timeout_seconds: float = Field(
-        default=90,
-        gt=0,
-        le=3_600,
-        description="An answer not done by then is cancelled (its workflow too) and gets 504. "
-        "Set it to ~1.5x the measured inference P99 (bench/answer.py).",
-    )
-
-    # --- index maintenance ------------------------------------------------------------------
-    compaction_cron: str = Field(
-        default="0 3 * * *",
-        pattern=r"^((\S+\s+){4}\S+)?$",
-        description="When the compaction schedule runs (cron, UTC; five fields); empty: none. "
-        "Applied by `durable-rag schedules apply`.",
-    )
-    compaction_batch_size: int = Field(
-        default=1_000, ge=10, le=100_000, description="Rows or points one compaction step removes."
-    )
-
-    rebuild_cron: str = Field(
-        default="",
-        pattern=r"^((\S+\s+){4}\S+)?$",
-        description="Periodic index rebuilds (cron, UTC); empty: none (a rebuild still starts "
-        "on a model or HNSW change, and on demand).",
-    )
-    rebuild_batch_size: int = Field(default=256, ge=8, le=10_000, description="Chunks per step.")
-    rebuild_grace_seconds: float = Field(
-        default=3_600,
-        ge=0,
-        le=30 * 86_400,
-        description="How long the replaced index generation is kept after a rebuild switches.",
-    )
-
-    # --- activities -------------------------------------------------------------------------
-    activity_policies: dict[str, ActivityPolicyOverride] = Field(
-        default_factory=dict,
-        description="Overrides of the activity policy table, by activity name, as JSON.",
-    )
-    worker_max_concurrent_activities: int = Field(default=4, ge=1, le=1_000)
-
-    # --- observability ----------------------------------------------------------------------
-    metrics_port: int = Field(
-        default=0, ge=0, le=65_535, description="Worker Prometheus port; 0 disables it."
-    )
-    failpoints_file: Path | None = Field(
-        default=None,
-        description="Fault injection for the fault matrix (bench/faults.py): a JSON file of "
-        "failpoints the workers read while running (ragkit/failpoints.py). Never in "
-        "production.",
-    )
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        env_file = getattr(dotenv_settings, "env_file", None)
+        return (
+            _Nested(settings_cls, init_settings),
+            _FlatEnvironment(settings_cls, env_file if isinstance(env_file, str | Path) else None),
+        )
 
     @model_validator(mode="before")
     @classmethod
     def _apply_profile_defaults(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            data = nest(data)
             profile = str(data.get("profile", "embedded"))
-            for key, value in PROFILE_DEFAULTS.get(profile, {}).items():
-                data.setdefault(key, value)
+            for flat, value in PROFILE_DEFAULTS.get(profile, {}).items():
+                group, _ = FLAT_NAMES[flat]
+                assert group is not None
+                data.setdefault(group, {}).setdefault(flat, value)
         return data
 
     @model_validator(mode="after")
-    def _check_production(self) -> Settings:
-        if self.profile == "production" and not self.database_url:
+    def _check_across_groups(self) -> Settings:
+        if self.profile == "production" and not self.postgres.url:
             raise ValueError("production profile needs DURABLE_RAG_DATABASE_URL")
-        if self.conversation_summary_tokens * 2 > self.conversation_history_tokens:
-            raise ValueError(
-                "conversation_summary_tokens must be at most half of conversation_history_tokens "
-                "(the rest holds the recent turns verbatim)"
-            )
-        if bool(self.router_small_model) != bool(self.router_large_model):
-            raise ValueError("set both router_small_model and router_large_model, or neither")
-        prompts.load(self.answer_prompt)  # an unknown or broken template fails here, named
-        if self.shadow_prompt:
-            prompts.load(self.shadow_prompt)
-        candidate = (
-            self.shadow_model,
-            self.shadow_prompt,
-            self.shadow_retrieval_mode,
-            self.shadow_retrieval_candidates,
-            self.shadow_fusion_method,
-        )
-        if self.shadow_sample_rate and not any(candidate):
-            raise ValueError(
-                "shadow_sample_rate needs a candidate: shadow_model, shadow_prompt or a "
-                "shadow_retrieval_* / shadow_fusion_method setting"
-            )
-        if self.conversation_history_tokens >= self.llm_max_model_len // 2:
+        prompts.load(self.answer.prompt)  # an unknown or broken template fails here, named
+        if self.conversation.history_tokens >= self.llm.max_model_len // 2:
             raise ValueError(
                 "conversation_history_tokens must be under half of llm_max_model_len, so the "
                 "passages and the answer still fit"
             )
         return self
 
-    # --- derived values ---------------------------------------------------------------------
-    @property
-    def sqlalchemy_url(self) -> str:
-        if self.database_url:
-            return self.database_url
-        return (
-            f"postgresql+psycopg://postgres@127.0.0.1:{self.postgres_port}/{self.postgres_database}"
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with `update` applied, by flat or nested names, and validated again."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return type(self).model_validate(
+            deep_merge(self.model_dump(by_alias=True), nest(dict(update)))
         )
 
-    @property
-    def llm_name(self) -> str:
-        """Served name of the primary model: llm_served_name, or derived from llm_model."""
-        if self.llm_served_name:
-            return self.llm_served_name
-        base = self.llm_model.removeprefix("packaged:").rstrip("/").rsplit("/", 1)[-1]
-        return re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-")
-
+    # --- derived values ---------------------------------------------------------------------
     @property
     def index_path(self) -> Path:
         return self.data_dir / "index"
@@ -510,6 +672,110 @@ class Settings(BaseSettings):
     @property
     def temporal_db_path(self) -> Path:
         return self.data_dir / "temporal.db"
+
+
+GROUPS: dict[str, type[BaseModel]] = {
+    name: field.annotation
+    for name, field in Settings.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+}
+
+
+def _flat_names() -> dict[str, tuple[str | None, FieldInfo]]:
+    """Every field by its flat (environment) name: its group (None at the top) and its info."""
+    names: dict[str, tuple[str | None, FieldInfo]] = {
+        name: (None, field) for name, field in Settings.model_fields.items() if name not in GROUPS
+    }
+    for group, model in GROUPS.items():
+        for name, field in model.model_fields.items():
+            flat = field.alias or name
+            assert flat not in names, f"two settings are named {flat}"
+            names[flat] = (group, field)
+    return names
+
+
+FLAT_NAMES = _flat_names()
+
+
+def flat_name(group: str, field: str) -> str:
+    """`llm`, `max_model_len` -> `llm_max_model_len` (DURABLE_RAG_LLM_MAX_MODEL_LEN)."""
+    alias = GROUPS[group].model_fields[field].alias
+    return alias or field
+
+
+def nest(values: dict[str, Any]) -> dict[str, Any]:
+    """Flat names moved into their groups, keyed by flat name; nested values stay nested."""
+    nested: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in GROUPS:
+            if isinstance(value, BaseModel):
+                value = value.model_dump(by_alias=True, exclude_unset=True)
+            if isinstance(value, dict):
+                model = GROUPS[key]
+                by_alias = {
+                    (model.model_fields[k].alias or k) if k in model.model_fields else k: v
+                    for k, v in value.items()
+                }
+                nested[key] = deep_merge(nested.get(key, {}), by_alias)
+            else:
+                nested[key] = value
+        elif key in FLAT_NAMES and FLAT_NAMES[key][0] is not None:
+            group = FLAT_NAMES[key][0]
+            assert group is not None
+            nested.setdefault(group, {})[key] = value
+        else:
+            nested[key] = value
+    return nested
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class _Nested(PydanticBaseSettingsSource):
+    """The constructor's values, flat names moved into their groups."""
+
+    def __init__(self, settings_cls: type[BaseSettings], init: PydanticBaseSettingsSource):
+        super().__init__(settings_cls)
+        self.init = init
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return nest(self.init())
+
+
+class _FlatEnvironment(PydanticBaseSettingsSource):
+    """`DURABLE_RAG_<flat name>` from the environment, else from the .env file, for every field
+    (case does not matter); JSON for lists and mappings."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env_file: str | Path | None):
+        super().__init__(settings_cls)
+        self.env_file = Path(env_file) if env_file else None
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, str] = {}
+        if self.env_file is not None and self.env_file.is_file():
+            found = {k.lower(): v for k, v in dotenv_values(self.env_file).items() if v is not None}
+        found.update({k.lower(): v for k, v in os.environ.items()})
+        data: dict[str, Any] = {}
+        for flat, (group, field) in FLAT_NAMES.items():
+            raw = found.get((ENV_PREFIX + flat).lower())
+            if raw is None:
+                continue
+            value = self.prepare_field_value(flat, field, raw, False)
+            (data if group is None else data.setdefault(group, {}))[flat] = value
+        return data
 
 
 @lru_cache(maxsize=1)

@@ -19,8 +19,8 @@ from ragkit.settings import Settings
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
+        settings.temporal.address,
+        namespace=settings.temporal.namespace,
         data_converter=pydantic_data_converter,
         runtime=runtime or Runtime.default(),
     )

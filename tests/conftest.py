@@ -157,10 +157,10 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
     engine = VllmEngine(
         EngineConfig(
             model=model,
-            served_name=settings.llm_name,
-            max_model_len=settings.llm_max_model_len,
+            served_name=settings.llm.name,
+            max_model_len=settings.llm.max_model_len,
             max_num_seqs=4,
-            gpu_memory_utilization=settings.llm_gpu_memory_utilization,
+            gpu_memory_utilization=settings.llm.gpu_memory_utilization,
             tensor_parallel_size=1,
             dtype="float32",
             enforce_eager=True,

@@ -271,11 +271,13 @@ def label_values() -> dict[tuple[str, str], frozenset[str]]:
 
 
 def label_problem(metric: str, label: str, value: str) -> str | None:
-    from ragkit.settings import Settings
+    from ragkit.settings import FLAT_NAMES
 
     if label == "task_queue":
-        fields = Settings.model_fields
-        queues = {fields["workflow_task_queue"].default, fields["index_task_queue"].default}
+        queues = {
+            FLAT_NAMES["workflow_task_queue"][1].default,
+            FLAT_NAMES["index_task_queue"][1].default,
+        }
         ok = value in queues or value.startswith("llm-")
     elif label == "worker_type":
         ok = value.encode() in _sdk_core()
@@ -412,13 +414,13 @@ def check_compose(text: str) -> tuple[list[str], list[str]]:
 
 
 def check_settings(text: str) -> tuple[list[str], list[str]]:
-    from ragkit.settings import Settings
+    from ragkit.settings import FLAT_NAMES
 
     found = sorted(set(ENV_NAME.findall(text)))
     problems = [
         f"{name}: not a field of ragkit.settings.Settings"
         for name in found
-        if name.removeprefix(ENV_PREFIX).lower() not in Settings.model_fields
+        if name.removeprefix(ENV_PREFIX).lower() not in FLAT_NAMES
     ]
     return found, problems
 

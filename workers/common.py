@@ -29,10 +29,10 @@ log = logging.getLogger(__name__)
 def make_runtime(settings: Settings) -> Runtime | None:
     """Our metrics on metrics_port; the Temporal SDK's own (task slots, schedule-to-start
     latency) and the workflows' step metrics on metrics_port + 1."""
-    if not settings.metrics_port:
+    if not settings.worker.metrics_port:
         return None
-    start_http_server(settings.metrics_port, addr="0.0.0.0")
-    return temporal_runtime(f"0.0.0.0:{settings.metrics_port + 1}")
+    start_http_server(settings.worker.metrics_port, addr="0.0.0.0")
+    return temporal_runtime(f"0.0.0.0:{settings.worker.metrics_port + 1}")
 
 
 def temporal_runtime(bind_address: str) -> Runtime:
@@ -54,8 +54,8 @@ def temporal_runtime(bind_address: str) -> Runtime:
 def worker_interceptors(settings: Settings) -> list[Interceptor]:
     """Every worker's interceptors: activity metrics, and failpoints when the fault matrix
     switches them on (DURABLE_RAG_FAILPOINTS_FILE)."""
-    failpoints.configure(settings.failpoints_file)
-    if settings.failpoints_file is None:
+    failpoints.configure(settings.worker.failpoints_file)
+    if settings.worker.failpoints_file is None:
         return [ActivityMetrics()]
     return [ActivityMetrics(), Failpoints()]
 

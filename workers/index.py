@@ -55,9 +55,9 @@ def build_worker(
     reranking = RerankActivities(reranker)
     return Worker(
         client,
-        task_queue=task_queue or settings.index_task_queue,
+        task_queue=task_queue or settings.temporal.index_task_queue,
         interceptors=worker_interceptors(settings),
-        graceful_shutdown_timeout=timedelta(seconds=settings.worker_drain_seconds),
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker.drain_seconds),
         activities=[
             vectors.index_documents,
             vectors.purge_superseded,
@@ -74,7 +74,7 @@ def build_worker(
             reranking.rerank,
         ],
         activity_executor=executor,
-        max_concurrent_activities=settings.worker_max_concurrent_activities,
+        max_concurrent_activities=settings.worker.max_concurrent_activities,
     )
 
 
@@ -82,10 +82,10 @@ def load_embedder_for(settings: Settings) -> Embedder:
     if settings.profile == "embedded":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads on an embedded machine
     return load_embedder(
-        settings.embedding_model,
-        settings.embedding_device,
-        settings.embedding_max_length,
-        settings.embedding_batch_size,
+        settings.embedding.model,
+        settings.embedding.device,
+        settings.embedding.max_length,
+        settings.embedding.batch_size,
     )
 
 
@@ -94,14 +94,16 @@ async def main(settings: Settings) -> None:
     policies.configure(settings)
     register_gpu_metrics()  # reports nothing where there is no NVIDIA driver
     embedder = load_embedder_for(settings)
-    sessions = make_sessionmaker(settings.sqlalchemy_url)
+    sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
     generations = Generations(settings, sessions, embedder.name, embedder.dimension)
     active = generations.active_row()
     if generations.compatible(active):
         generations.handle(active)  # open it before polling: no query waits for it
     reranker = (
-        load_reranker(settings.reranker_model, settings.data_dir, settings.embedding_device)
-        if settings.reranker_model
+        load_reranker(
+            settings.retrieval.reranker_model, settings.data_dir, settings.embedding.device
+        )
+        if settings.retrieval.reranker_model
         else None
     )
     client = await connect(settings, make_runtime(settings))
@@ -109,7 +111,7 @@ async def main(settings: Settings) -> None:
     async def close_index() -> None:
         generations.close()
 
-    with ThreadPoolExecutor(settings.worker_max_concurrent_activities) as executor:
+    with ThreadPoolExecutor(settings.worker.max_concurrent_activities) as executor:
         worker = build_worker(
             client, settings, generations, embedder, sessions, executor, reranker=reranker
         )
@@ -129,10 +131,13 @@ def rebuild_reason(active: IndexGeneration, settings: Settings, embedder: Embedd
             f"built with {active.embedding_model} ({active.dimension}), the worker embeds with "
             f"{embedder.name} ({embedder.dimension})"
         )
-    if (active.hnsw_m, active.hnsw_ef_construct) != (settings.hnsw_m, settings.hnsw_ef_construct):
+    if (active.hnsw_m, active.hnsw_ef_construct) != (
+        settings.index.hnsw_m,
+        settings.index.hnsw_ef_construct,
+    ):
         return (
             f"HNSW m={active.hnsw_m}, ef_construct={active.hnsw_ef_construct}; settings say "
-            f"m={settings.hnsw_m}, ef_construct={settings.hnsw_ef_construct}"
+            f"m={settings.index.hnsw_m}, ef_construct={settings.index.hnsw_ef_construct}"
         )
     return ""
 

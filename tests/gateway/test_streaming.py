@@ -321,7 +321,7 @@ async def test_the_official_openai_client_works_streaming_and_not(
         url = str(http.base_url).rstrip("/")
         oa = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
         listed = [m.id async for m in oa.models.list()]
-        assert listed[0] == "durable-rag" and rag.settings.llm_name in listed
+        assert listed[0] == "durable-rag" and rag.settings.llm.name in listed
 
         completion = await oa.chat.completions.create(
             model="durable-rag",
@@ -335,7 +335,7 @@ async def test_the_official_openai_client_works_streaming_and_not(
         assert any(Path(c["source"]).name == EXPECTED for c in extra["citations"])
 
         stream = await oa.chat.completions.create(
-            model=rag.settings.llm_name,
+            model=rag.settings.llm.name,
             messages=[
                 {"role": "user", "content": "What is UTF-8?"},
                 {"role": "assistant", "content": "A text encoding."},

@@ -86,7 +86,7 @@ async def test_twelve_turns_stay_in_budget_are_stored_in_order_and_keep_the_firs
     async with answering(
         client, module_database, embedder, engine, conversation_data, **WINDOW
     ) as (_, rag, _model):
-        budget = rag.settings.llm_max_model_len - 24
+        budget = rag.settings.llm.max_model_len - 24
         first = await rag.chat(
             conversation, "My name is Ada Lovelace and I live in Paris.", "t", max_answer_tokens=24
         )
@@ -211,15 +211,15 @@ async def test_killing_the_orchestrator_mid_turn_loses_no_turn_and_the_reply_arr
                 "database_url": module_database.url,
                 "data_dir": str(conversation_data),
                 "temporal_address": temporal_server.address,
-                "workflow_task_queue": settings.workflow_task_queue,
-                "index_task_queue": settings.index_task_queue,
+                "workflow_task_queue": settings.temporal.workflow_task_queue,
+                "index_task_queue": settings.temporal.index_task_queue,
             }
         )
 
         def start_orchestrator() -> Process:
             process = spawn_worker(conversation_data, "orchestrator", env)
             wait_worker_ready(
-                process, temporal_server.address, "default", settings.workflow_task_queue
+                process, temporal_server.address, "default", settings.temporal.workflow_task_queue
             )
             return process
 

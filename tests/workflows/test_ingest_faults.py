@@ -114,8 +114,8 @@ async def test_sigkill_workers_mid_ingest_resumes_at_the_running_batch(
             "database_url": database.url,
             "data_dir": str(data_dir),
             "temporal_address": temporal_server.address,
-            "workflow_task_queue": settings.workflow_task_queue,
-            "index_task_queue": settings.index_task_queue,
+            "workflow_task_queue": settings.temporal.workflow_task_queue,
+            "index_task_queue": settings.temporal.index_task_queue,
             "chunk_tokens": "128",
             "embedding_batch_size": "2",
             "activity_policies": json.dumps(policies_override),
@@ -125,7 +125,9 @@ async def test_sigkill_workers_mid_ingest_resumes_at_the_running_batch(
     def start_workers() -> list[Process]:
         procs = [spawn_worker(data_dir, kind, env) for kind in ("orchestrator", "index")]
         for proc, queue in zip(
-            procs, (settings.workflow_task_queue, settings.index_task_queue), strict=True
+            procs,
+            (settings.temporal.workflow_task_queue, settings.temporal.index_task_queue),
+            strict=True,
         ):
             wait_worker_ready(proc, temporal_server.address, "default", queue)
         return procs

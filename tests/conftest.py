@@ -32,7 +32,6 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate
-from ragkit import policies
 from ragkit.db import make_sessionmaker
 from ragkit.embedding import Embedder, load_embedder
 from ragkit.index import VectorIndex, open_index
@@ -215,7 +214,6 @@ async def running_stack(
     settings = make_settings(
         database_url=database.url, data_dir=data_dir, qdrant_collection="chunks", **overrides
     )
-    policies.configure(settings)
     index = open_index(settings, embedder.dimension)
     try:
         with ThreadPoolExecutor(8) as executor:
@@ -244,7 +242,6 @@ async def running_stack(
                 yield Stack(settings, client, database, index, embedder)
     finally:
         index.close()
-        policies.configure(Settings())
 
 
 @pytest.fixture

@@ -21,7 +21,9 @@ from temporalio.worker import (
 )
 
 from ragkit import failpoints, metrics
+from ragkit.policies import PolicyTable
 from ragkit.settings import Settings
+from workflows.calls import PolicyTableInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +54,16 @@ def temporal_runtime(bind_address: str) -> Runtime:
 
 
 def worker_interceptors(settings: Settings) -> list[Interceptor]:
-    """Every worker's interceptors: activity metrics, and failpoints when the fault matrix
-    switches them on (DURABLE_RAG_FAILPOINTS_FILE)."""
+    """Every worker's interceptors: its policy table for the workflows it runs, activity
+    metrics, and failpoints when the fault matrix switches them on (DURABLE_RAG_FAILPOINTS_FILE)."""
     failpoints.configure(settings.worker.failpoints_file)
-    if settings.worker.failpoints_file is None:
-        return [ActivityMetrics()]
-    return [ActivityMetrics(), Failpoints()]
+    found: list[Interceptor] = [
+        PolicyTableInterceptor(PolicyTable.from_settings(settings)),
+        ActivityMetrics(),
+    ]
+    if settings.worker.failpoints_file is not None:
+        found.append(Failpoints())
+    return found
 
 
 class Failpoints(Interceptor):

@@ -20,7 +20,6 @@ from temporalio.worker import Worker
 from activities.rerank import RerankActivities
 from activities.vector_index import VectorIndexActivities
 from durable_rag.client import RagClient
-from ragkit import policies
 from ragkit.db import IndexGeneration, make_sessionmaker
 from ragkit.embedding import Embedder, load_embedder
 from ragkit.gpu import register_gpu_metrics
@@ -91,7 +90,6 @@ def load_embedder_for(settings: Settings) -> Embedder:
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
-    policies.configure(settings)
     register_gpu_metrics()  # reports nothing where there is no NVIDIA driver
     embedder = load_embedder_for(settings)
     sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)

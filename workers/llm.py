@@ -23,6 +23,7 @@ from ragkit.llm.engine import EngineConfig, LLMEngine, OpenAIEngine, VllmEngine
 from ragkit.llm.models import resolve_generator
 from ragkit.logs import setup_logging
 from ragkit.metrics import LLM_RUNNING
+from ragkit.policies import PolicyTable
 from ragkit.settings import Settings
 from ragkit.streaming import TokenPublisher
 from ragkit.temporal import connect
@@ -43,7 +44,9 @@ def load_engine(settings: Settings) -> LLMEngine:
             settings.llm.name,
             settings.llm.max_model_len,
             tokenizer_path=model,
-            timeout=policies.DECLARED["generate"].start_to_close.total_seconds(),
+            timeout=PolicyTable.from_settings(settings)
+            .policy_for("generate")
+            .start_to_close.total_seconds(),
         )
     return VllmEngine(
         EngineConfig(
@@ -81,7 +84,6 @@ def build_worker(
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
-    policies.configure(settings)
     register_gpu_metrics()  # reports nothing where there is no NVIDIA driver
     engine = load_engine(settings)  # before polling: no traffic until the model is loaded
     client = await connect(settings, make_runtime(settings))

@@ -21,7 +21,6 @@ from activities.costs import CostActivities
 from activities.documents import DocumentActivities
 from activities.evaluation import EvaluationActivities
 from activities.history import HistoryActivities
-from ragkit import policies
 from ragkit.db import make_sessionmaker
 from ragkit.embedding import load_tokenizer
 from ragkit.logs import setup_logging
@@ -105,7 +104,6 @@ def build_worker(
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
-    policies.configure(settings)
     tokenizer = load_tokenizer(settings.embedding.model)
     sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
     client = await connect(settings, make_runtime(settings))

@@ -1,4 +1,9 @@
-"""The one way workflows call activities: the policy table supplies queue, timeouts and retries."""
+"""The one way workflows call activities: the policy table supplies queue, timeouts and retries.
+
+Each worker builds its `PolicyTable` from its settings and hands it to the workflows it runs
+through `PolicyTableInterceptor` (an extern function of the worker, the way the SDK hands its own
+metric meter to workflow code), so a process holds one immutable table and no module state.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,38 @@ from typing import Any, TypeVar, overload
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+from temporalio.worker import Interceptor, WorkflowInboundInterceptor, WorkflowInterceptorClassInput
 
 with workflow.unsafe.imports_passed_through():
     from ragkit import metrics, policies
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+
+# The extern function through which a worker's table reaches its workflows.
+POLICY_TABLE = "durable_rag.policy_table"
+
+
+class PolicyTableInterceptor(Interceptor):
+    """Hands the worker's policy table to the workflows it runs (installed by every worker:
+    workers/common.worker_interceptors)."""
+
+    def __init__(self, table: policies.PolicyTable) -> None:
+        self.table = table
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        table = self.table
+        input.unsafe_extern_functions[POLICY_TABLE] = lambda: table
+        return None
+
+
+def policy_table() -> policies.PolicyTable:
+    """The table of the worker running this workflow; the declared table where no worker gave
+    one (the replayer, which schedules nothing, or a test's bare Worker on default queues)."""
+    provide = workflow.extern_functions().get(POLICY_TABLE)
+    return provide() if provide is not None else policies.PolicyTable.declared()
 
 
 @overload
@@ -44,11 +75,12 @@ async def call(
     summary: str,
     task_queue: str | None = None,
 ) -> Any:
-    """Run an activity method with the policy declared for it in ragkit.policies.
+    """Run an activity method with the policy its worker's table has for it (ragkit.policies).
 
     `task_queue` is for activities whose queue is chosen per call (an LLM model's queue).
     """
-    policy = policies.policy_for(method.__name__)
+    table = policy_table()
+    policy = table.policy_for(method.__name__)
     if policy.local:
         try:
             return await workflow.execute_local_activity_method(
@@ -74,7 +106,7 @@ async def call(
                 retry_state=None,
             ) from err
     if task_queue is None:
-        task_queue = policies.queue_name(policy.queue)
+        task_queue = table.queue_name(policy.queue)
     return await workflow.execute_activity_method(
         method,
         arg,

@@ -71,21 +71,26 @@ def test_settings_override_a_row_and_the_queue_names() -> None:
         activity_policies={"index_documents": {"heartbeat_seconds": 5, "maximum_attempts": 3}},
         index_task_queue="gpu-index",
     )
-    try:
-        policies.configure(settings)
-        policy = policies.policy_for("index_documents")
-        assert policy.heartbeat == timedelta(seconds=5)
-        assert policy.retry.maximum_attempts == 3
-        assert policy.start_to_close == policies.DECLARED["index_documents"].start_to_close
-        assert policies.queue_name(policy.queue) == "gpu-index"
-    finally:
-        policies.configure(Settings())
-    assert policies.policy_for("index_documents") == policies.DECLARED["index_documents"]
+    table = policies.PolicyTable.from_settings(settings)
+    policy = table.policy_for("index_documents")
+    assert policy.heartbeat == timedelta(seconds=5)
+    assert policy.retry.maximum_attempts == 3
+    assert policy.start_to_close == policies.DECLARED["index_documents"].start_to_close
+    assert table.queue_name(policy.queue) == "gpu-index"
+    # The declared table is untouched, and a table cannot be changed once built.
+    assert (
+        policies.PolicyTable.declared().policy_for("index_documents")
+        == (policies.DECLARED["index_documents"])
+    )
+    with pytest.raises(TypeError):
+        table.rows["index_documents"] = policy  # type: ignore[index]
 
 
 def test_override_of_an_unknown_activity_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown activity 'nope'"):
-        policies.configure(Settings(activity_policies={"nope": {"heartbeat_seconds": 5}}))
+        policies.PolicyTable.from_settings(
+            Settings(activity_policies={"nope": {"heartbeat_seconds": 5}})
+        )
 
 
 def test_policy_override_values_are_validated() -> None:

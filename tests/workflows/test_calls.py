@@ -53,7 +53,7 @@ class StoreOnce:
 async def test_a_failed_local_activity_takes_its_fallback(
     env: WorkflowEnvironment, answer: str
 ) -> None:
-    assert policies.policy_for("store_answer").local
+    assert policies.DECLARED["store_answer"].local
     queue = f"q-{uuid.uuid4().hex[:8]}"
     with ThreadPoolExecutor(2) as executor:
         async with Worker(

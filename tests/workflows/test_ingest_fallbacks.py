@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from ragkit import policies
+from ragkit.policies import PolicyTable
 from ragkit.settings import Settings
 from schemas.common import DocumentVersion
 from schemas.ingest import (
@@ -34,6 +35,7 @@ from schemas.ingest import (
     StageBatchOutput,
 )
 from tests.workflows.test_ingest import save_history
+from workflows.calls import PolicyTableInterceptor
 from workflows.ingest import IngestWorkflow
 
 FILES = [f"/docs/f{i}.md" for i in range(6)]
@@ -102,36 +104,34 @@ async def run_ingest(
     env: WorkflowEnvironment, script: Script, batches_per_run: int = 50, record: str = ""
 ) -> IngestResult:
     queue = f"q-{uuid.uuid4().hex[:8]}"
-    policies.configure(Settings(workflow_task_queue=queue, index_task_queue=queue))
-    try:
-        with ThreadPoolExecutor(4) as executor:
-            async with Worker(
-                env.client,
+    table = PolicyTable.from_settings(Settings(workflow_task_queue=queue, index_task_queue=queue))
+    with ThreadPoolExecutor(4) as executor:
+        async with Worker(
+            env.client,
+            task_queue=queue,
+            interceptors=[PolicyTableInterceptor(table)],
+            workflows=[IngestWorkflow],
+            activities=script.all(),
+            activity_executor=executor,
+        ):
+            handle = await env.client.start_workflow(
+                IngestWorkflow.run,
+                IngestWorkflowInput(
+                    request=IngestRequest(
+                        tenant="t",
+                        paths=["/docs"],
+                        batch_documents=2,
+                        batches_per_run=batches_per_run,
+                    )
+                ),
+                id=f"ingest-test-{uuid.uuid4().hex[:8]}",
                 task_queue=queue,
-                workflows=[IngestWorkflow],
-                activities=script.all(),
-                activity_executor=executor,
-            ):
-                handle = await env.client.start_workflow(
-                    IngestWorkflow.run,
-                    IngestWorkflowInput(
-                        request=IngestRequest(
-                            tenant="t",
-                            paths=["/docs"],
-                            batch_documents=2,
-                            batches_per_run=batches_per_run,
-                        )
-                    ),
-                    id=f"ingest-test-{uuid.uuid4().hex[:8]}",
-                    task_queue=queue,
-                )
-                try:
-                    return await handle.result()
-                finally:
-                    if record:
-                        await save_history(env.client, handle.id, record)
-    finally:
-        policies.configure(Settings())
+            )
+            try:
+                return await handle.result()
+            finally:
+                if record:
+                    await save_history(env.client, handle.id, record)
 
 
 async def test_index_failure_retries_per_policy_then_fails_only_that_batch(

@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 
 from durable_rag.client import RagClient
 from durable_rag.stack import Process, TemporalDevServer, spawn_worker, wait_worker_ready
-from ragkit import policies
+from ragkit.policies import PolicyTable
 from schemas.rebuild import (
     CopyChunksInput,
     CopyChunksOutput,
@@ -34,6 +34,7 @@ from tests.workflows.conftest import start_time_skipping
 from tests.workflows.test_compaction import FIRST, LATER, copy
 from tests.workflows.test_ingest import save_history
 from tests.workflows.test_ingest_faults import worker_env
+from workflows.calls import PolicyTableInterceptor
 from workflows.rebuild import RebuildIndexWorkflow
 
 pytestmark = pytest.mark.integration
@@ -187,38 +188,35 @@ async def test_the_old_generation_is_dropped_only_after_the_grace_period() -> No
     environment = await start_time_skipping()
     queue = f"rebuild-{uuid.uuid4().hex[:8]}"
     settings = make_settings(workflow_task_queue=queue, index_task_queue=queue)
-    policies.configure(settings)
     stand_in = StandIn()
-    try:
-        async with (
-            environment,
-            Worker(
-                environment.client,
-                task_queue=queue,
-                workflows=[RebuildIndexWorkflow],
-                activities=[
-                    stand_in.begin_generation,
-                    stand_in.copy_chunks,
-                    stand_in.verify_generation,
-                    stand_in.activate_generation,
-                    stand_in.drop_generation,
-                ],
-            ),
-        ):
-            grace = timedelta(hours=6)
-            handle = await environment.client.start_workflow(
-                RebuildIndexWorkflow.run,
-                RebuildInput(batch_size=8, grace_seconds=grace.total_seconds()),
-                id=f"rebuild-{queue}",
-                task_queue=queue,
-            )
-            while (await handle.query(RebuildIndexWorkflow.progress)).stage != "grace":
-                await asyncio.sleep(0.05)
-            await environment.sleep(grace - timedelta(minutes=1))
-            assert (await handle.query(RebuildIndexWorkflow.progress)).stage == "grace"
-            assert stand_in.calls[-1] == "activate chunks-g2"
-            report = await handle.result()
-            assert stand_in.calls[-1] == "drop chunks"
-            assert report.active == "chunks-g2" and report.dropped_previous
-    finally:
-        policies.configure(make_settings())
+    async with (
+        environment,
+        Worker(
+            environment.client,
+            task_queue=queue,
+            interceptors=[PolicyTableInterceptor(PolicyTable.from_settings(settings))],
+            workflows=[RebuildIndexWorkflow],
+            activities=[
+                stand_in.begin_generation,
+                stand_in.copy_chunks,
+                stand_in.verify_generation,
+                stand_in.activate_generation,
+                stand_in.drop_generation,
+            ],
+        ),
+    ):
+        grace = timedelta(hours=6)
+        handle = await environment.client.start_workflow(
+            RebuildIndexWorkflow.run,
+            RebuildInput(batch_size=8, grace_seconds=grace.total_seconds()),
+            id=f"rebuild-{queue}",
+            task_queue=queue,
+        )
+        while (await handle.query(RebuildIndexWorkflow.progress)).stage != "grace":
+            await asyncio.sleep(0.05)
+        await environment.sleep(grace - timedelta(minutes=1))
+        assert (await handle.query(RebuildIndexWorkflow.progress)).stage == "grace"
+        assert stand_in.calls[-1] == "activate chunks-g2"
+        report = await handle.result()
+        assert stand_in.calls[-1] == "drop chunks"
+        assert report.active == "chunks-g2" and report.dropped_previous

@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 from activities.vector_index import embedding_text  # noqa: E402
-from durable_rag.client import RagClient, ingest_workflow_id  # noqa: E402
+from durable_rag.client import RagClient  # noqa: E402
 from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate  # noqa: E402
 from ragkit import ids, parsing  # noqa: E402
 from ragkit.chunking import chunk_document  # noqa: E402
@@ -114,7 +114,7 @@ async def workflow_run(
             result = await rag.ingest([str(files_root)], tenant="bench")
             elapsed = time.perf_counter() - started
             request = rag.ingest_request([str(files_root)], "bench")
-            await print_breakdown(client, ingest_workflow_id(request))
+            await print_breakdown(client, ids.ingest_workflow_id(request))
     embed_s = sum(
         sample.value
         for metric in STEP_SECONDS.collect()

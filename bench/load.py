@@ -28,6 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
+from ragkit import ids
 from ragkit.index import open_index
 from ragkit.settings import Settings
 from schemas.answer import Answer, AskRequest
@@ -167,7 +168,7 @@ class MixedLoad:
                     return await self.rag.start_ask(request, trace_id)
                 except WorkflowAlreadyStartedError:  # the first start did reach the server
                     return self.client.get_workflow_handle_for(
-                        AnswerWorkflow.run, f"answer-{trace_id}"
+                        AnswerWorkflow.run, ids.answer_workflow_id(trace_id)
                     )
 
             handle = await persistently(start, deadline)

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ragkit import policies
+from ragkit import ids, policies
 from ragkit.settings import Settings
 
 if TYPE_CHECKING:
@@ -174,14 +174,12 @@ def ingest(
     _check_tenant(tenant)
 
     async def run() -> None:
-        from durable_rag.client import ingest_workflow_id
-
         rag = await _connect(settings)
         try:
             request = rag.ingest_request([str(p) for p in paths], tenant)
         except ValidationError as exc:
             _usage_error(str(exc))
-        workflow_id = ingest_workflow_id(request)
+        workflow_id = ids.ingest_workflow_id(request)
         console.print(f"workflow {workflow_id}\n  {_ui_link(settings, workflow_id)}")
         with Progress(
             TextColumn("{task.description}"),
@@ -375,10 +373,8 @@ def chat(
     async def run() -> None:
         from temporalio.client import WorkflowUpdateFailedError
 
-        from workflows.conversation import conversation_workflow_id
-
         rag = await _connect(settings)
-        workflow_id = conversation_workflow_id(tenant_name, conversation_id)
+        workflow_id = ids.conversation_workflow_id(tenant_name, conversation_id)
         console.print(
             f"conversation [bold]{conversation_id}[/bold] "
             f"(run: {_ui_link(settings, workflow_id)}); an empty line ends it"

@@ -62,11 +62,11 @@ from schemas.search import (
 )
 from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
-from workflows.conversation import ConversationWorkflow, conversation_workflow_id
-from workflows.delete_document import DeleteDocumentWorkflow, delete_workflow_id
+from workflows.conversation import ConversationWorkflow
+from workflows.delete_document import DeleteDocumentWorkflow
 from workflows.evaluation import EvaluationWorkflow
 from workflows.ingest import IngestWorkflow
-from workflows.rebuild import RebuildIndexWorkflow, rebuild_workflow_id
+from workflows.rebuild import RebuildIndexWorkflow
 from workflows.search import SearchWorkflow
 
 log = logging.getLogger(__name__)
@@ -87,14 +87,6 @@ class IdempotencyConflict(ValueError):
 
 # Tokens of the system prompt, the passage numbering and the chat template around the passages.
 PROMPT_OVERHEAD_TOKENS = 200
-
-
-def ingest_workflow_id(request: IngestRequest) -> str:
-    """`ingest-<tenant>-<source>-<hash>`: the same request maps to the same id, so a retried start
-    attaches to the running ingest instead of starting a second one."""
-    sources = sorted(os.path.abspath(Path(p).expanduser()) for p in request.paths)
-    name = ids.slug(Path(sources[0]).name, 24) if len(sources) == 1 else f"{len(sources)}-paths"
-    return f"ingest-{request.tenant}-{name}-{ids.short_hash(request.tenant, *sources)}"
 
 
 class RagClient:
@@ -141,7 +133,7 @@ class RagClient:
         return await self.client.start_workflow(
             IngestWorkflow.run,
             IngestWorkflowInput(request=request),
-            id=ingest_workflow_id(request),
+            id=ids.ingest_workflow_id(request),
             task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": request.tenant},
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -179,15 +171,13 @@ class RagClient:
         source = uploads.source_for(name)
         document_id = ids.document_id(tenant, source)
         digest = hashlib.sha256(data).hexdigest()
+        workflow_id = ids.upload_workflow_id(tenant, name, idempotency_key, uuid.uuid4().hex[:12])
         if idempotency_key:
-            workflow_id = f"ingest-{tenant}-upload-{ids.short_hash(tenant, idempotency_key)}"
             seen = await self._seen_ingest(workflow_id, digest)
             if seen:
                 return DocumentAccepted(
                     workflow_id=workflow_id, document_id=document_id, duplicate=True
                 )
-        else:
-            workflow_id = f"ingest-{tenant}-upload-{ids.slug(name, 24)}-{uuid.uuid4().hex[:12]}"
         await asyncio.to_thread(uploads.store, self.sessions, tenant, name, data)
         request = IngestRequest(
             tenant=tenant,
@@ -234,7 +224,7 @@ class RagClient:
         return await self.client.execute_workflow(
             DeleteDocumentWorkflow.run,
             ref,
-            id=delete_workflow_id(ref),
+            id=ids.delete_workflow_id(ref),
             task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": ref.tenant},
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -264,7 +254,7 @@ class RagClient:
                 max_answer_tokens=max_answer_tokens,
                 concurrency=concurrency,
             ),
-            id=f"eval-{set_name}-{uuid.uuid4().hex[:8]}",
+            id=ids.eval_workflow_id(set_name, uuid.uuid4().hex[:8]),
             task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": tenant},
             static_summary=f"evaluate {set_name} ({len(cases)} cases)",
@@ -279,7 +269,7 @@ class RagClient:
         return await self.client.execute_workflow(
             CompactionWorkflow.run,
             request,
-            id=f"compact-{uuid.uuid4().hex[:12]}",
+            id=ids.compaction_workflow_id(uuid.uuid4().hex[:12]),
             task_queue=self.settings.temporal.workflow_task_queue,
             static_summary="compaction, started by hand",
         )
@@ -302,7 +292,7 @@ class RagClient:
         return await self.client.start_workflow(
             RebuildIndexWorkflow.run,
             self.rebuild_input(grace_seconds),
-            id=rebuild_workflow_id(self.settings.index.collection),
+            id=ids.rebuild_workflow_id(self.settings.index.collection),
             task_queue=self.settings.temporal.workflow_task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"rebuild the index {self.settings.index.collection}",
@@ -332,7 +322,7 @@ class RagClient:
         return await self.client.execute_workflow(
             SearchWorkflow.run,
             SearchWorkflowInput(request=request, plan=self.retrieval_plan(top_k)),
-            id=f"search-{trace_id or uuid.uuid4().hex}",
+            id=ids.search_workflow_id(trace_id or uuid.uuid4().hex),
             task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": request.tenant},
             static_summary=f"search: {query[:80]}",
@@ -403,7 +393,7 @@ class RagClient:
         """Start an answer and return its handle (cancel it to stop generation). With a
         `stream_id`, the text is published on that token stream as it is generated; `history`
         carries earlier turns of a conversation the caller keeps itself."""
-        workflow_id = f"answer-{trace_id or uuid.uuid4().hex}"
+        workflow_id = ids.answer_workflow_id(trace_id or uuid.uuid4().hex)
         plan = self.answer_plan(request, await self.default_model())
         if self.shadowed(workflow_id):
             s = self.settings
@@ -456,7 +446,7 @@ class RagClient:
         return WithStartWorkflowOperation(
             ConversationWorkflow.run,
             self.conversation_input(tenant, conversation_id),
-            id=conversation_workflow_id(tenant, conversation_id),
+            id=ids.conversation_workflow_id(tenant, conversation_id),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": tenant},

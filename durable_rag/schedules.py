@@ -37,7 +37,7 @@ from schemas.common import Contract
 from schemas.maintenance import CompactionInput
 from schemas.rebuild import RebuildInput
 from workflows.compaction import CompactionWorkflow
-from workflows.rebuild import RebuildIndexWorkflow, rebuild_workflow_id
+from workflows.rebuild import RebuildIndexWorkflow
 
 COMPACTION = "durable-rag-compaction"
 REBUILD = "durable-rag-rebuild"
@@ -105,7 +105,7 @@ def desired(settings: Settings) -> list[Desired]:
                     batch_size=settings.maintenance.compaction_batch_size,
                     transcript_retention_days=settings.answer.transcript_retention_days,
                 ),
-                "compact",
+                ids.SCHEDULED_COMPACTION,
                 "scheduled compaction of the index and chunk store",
                 settings,
             )
@@ -122,7 +122,7 @@ def desired(settings: Settings) -> list[Desired]:
                     hnsw_ef_construct=settings.index.hnsw_ef_construct,
                     grace_seconds=settings.maintenance.rebuild_grace_seconds,
                 ),
-                rebuild_workflow_id(settings.index.collection),
+                ids.rebuild_workflow_id(settings.index.collection),
                 "scheduled rebuild of the vector index",
                 settings,
             )

@@ -1,10 +1,16 @@
-"""Deterministic ids: the same input always gives the same id, so retries never duplicate."""
+"""Every id the project makes: deterministic record ids (documents, chunks, conversations: the same
+input always gives the same id, so retries never duplicate) and every workflow id."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import uuid
+from pathlib import Path
+
+from schemas.documents import DocumentRef
+from schemas.ingest import IngestRequest
 
 _NAMESPACE = uuid.UUID("6f1c1c8e-3b0a-4c55-9a59-1d3f2f6a0c21")
 
@@ -35,3 +41,75 @@ def slug(text: str, length: int = 40) -> str:
 
 def conversation_id(tenant: str, conversation: str) -> uuid.UUID:
     return uuid.uuid5(_NAMESPACE, f"conversation\x00{tenant}\x00{conversation}")
+
+
+# --- workflow ids ---------------------------------------------------------------------------------
+# Every workflow id is built here, named for what the run does, so the Temporal UI reads like a
+# log. An id with a caller's key or a content hash is stable: a retried start finds the run it
+# started before (USE_EXISTING or REJECT_DUPLICATE) instead of starting a second one.
+
+
+def ingest_workflow_id(request: IngestRequest) -> str:
+    """`ingest-<tenant>-<source>-<hash>`: the same request maps to the same id, so a retried start
+    attaches to the running ingest instead of starting a second one."""
+    sources = sorted(os.path.abspath(Path(p).expanduser()) for p in request.paths)
+    name = slug(Path(sources[0]).name, 24) if len(sources) == 1 else f"{len(sources)}-paths"
+    return f"ingest-{request.tenant}-{name}-{short_hash(request.tenant, *sources)}"
+
+
+def upload_workflow_id(tenant: str, name: str, idempotency_key: str | None, fresh: str) -> str:
+    """With an idempotency key, `ingest-<tenant>-upload-<hash of the key>`: a retried upload
+    finds its run. Without one, every upload is a new run: `...-upload-<name>-<fresh>`."""
+    if idempotency_key:
+        return f"ingest-{tenant}-upload-{short_hash(tenant, idempotency_key)}"
+    return f"ingest-{tenant}-upload-{slug(name, 24)}-{fresh}"
+
+
+def search_workflow_id(trace_id: str) -> str:
+    return f"search-{trace_id}"
+
+
+def answer_workflow_id(trace_id: str) -> str:
+    """The trace id is the answer's workflow id, minus this prefix."""
+    return f"answer-{trace_id}"
+
+
+def shadow_workflow_id(live_trace_id: str) -> str:
+    """The candidate run beside a sampled answer (R28)."""
+    return f"shadow-{live_trace_id}"
+
+
+def conversation_workflow_id(tenant: str, conversation_id: str) -> str:
+    return f"conversation-{tenant}-{conversation_id}"
+
+
+def turn_answer_workflow_id(conversation_workflow: str, ordinal: int) -> str:
+    """The answer of a conversation's turn `ordinal` (the user's message): a child of the
+    conversation's workflow, so a retried turn finds its answer."""
+    return f"answer-{conversation_workflow}-{ordinal}"
+
+
+def delete_workflow_id(ref: DocumentRef) -> str:
+    return f"delete-{ref.tenant}-{ref.document_id}"
+
+
+def rebuild_workflow_id(collection: str) -> str:
+    """One rebuild at a time per collection."""
+    return f"rebuild-{collection}"
+
+
+# A schedule's runs: Temporal appends the scheduled time (compact-2026-12-01T03:00:00Z).
+SCHEDULED_COMPACTION = "compact"
+
+
+def compaction_workflow_id(fresh: str) -> str:
+    return f"{SCHEDULED_COMPACTION}-{fresh}"
+
+
+def eval_workflow_id(set_name: str, fresh: str) -> str:
+    return f"eval-{set_name}-{fresh}"
+
+
+def eval_case_workflow_id(eval_workflow: str, case_id: str) -> str:
+    """One case of an evaluation run: the answer child, and the trace id of a failed case."""
+    return f"{eval_workflow}-{case_id}"

@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.documents import DocumentActivities
     from activities.inference import InferenceActivities
     from activities.rerank import RerankActivities
-    from ragkit import policies
+    from ragkit import ids, policies
     from ragkit.retrieval import (
         BUILTIN_USER_TEMPLATE,
         SYSTEM_PROMPT,
@@ -386,7 +386,7 @@ class AnswerWorkflow:
             workflow.start_child_workflow(
                 AnswerWorkflow.run,
                 wf_input.model_copy(update={"plan": candidate, "stream_id": ""}),
-                id=f"shadow-{trace_id}",
+                id=ids.shadow_workflow_id(trace_id),
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 memo={"tenant": wf_input.request.tenant},
                 static_summary=f"shadow: {candidate.model} with {plan.shadow.prompt.id}",

@@ -31,7 +31,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.history import HistoryActivities
     from activities.inference import InferenceActivities
-    from ragkit import policies
+    from ragkit import ids, policies
     from ragkit.memory import pin_facts, render_summary
     from ragkit.retrieval import estimate_tokens
     from schemas.answer import AnswerWorkflowInput, AskRequest, ChatMessage, ConversationWindow
@@ -53,10 +53,6 @@ with workflow.unsafe.imports_passed_through():
 TURN_OVERHEAD_TOKENS = 4
 
 
-def conversation_workflow_id(tenant: str, conversation_id: str) -> str:
-    return f"conversation-{tenant}-{conversation_id}"
-
-
 def turn_tokens(turn: TurnMessage) -> int:
     return estimate_tokens(turn.text) + TURN_OVERHEAD_TOKENS
 
@@ -68,7 +64,7 @@ class ConversationWorkflow:
         self.input = wf_input
         self.key = ConversationKey(tenant=wf_input.tenant, conversation_id=wf_input.conversation_id)
         # From the input, not workflow.info(): child ids must not depend on how a run is named.
-        self.workflow_id = conversation_workflow_id(wf_input.tenant, wf_input.conversation_id)
+        self.workflow_id = ids.conversation_workflow_id(wf_input.tenant, wf_input.conversation_id)
         self.lock = asyncio.Lock()
         self.loaded = False
         self.summary = ""  # the model's part of the rolling summary
@@ -193,7 +189,7 @@ class ConversationWorkflow:
                 history=history,
                 stream_id=request.stream_id,
             ),
-            id=f"answer-{self.workflow_id}-{user.ordinal}",
+            id=ids.turn_answer_workflow_id(self.workflow_id, user.ordinal),
             static_summary=f"answer turn {user.ordinal}: {request.message[:60]}",
             memo={"tenant": request.tenant},
         )

@@ -21,10 +21,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.calls import call
 
 
-def delete_workflow_id(ref: DocumentRef) -> str:
-    return f"delete-{ref.tenant}-{ref.document_id}"
-
-
 @workflow.defn
 class DeleteDocumentWorkflow:
     @workflow.run

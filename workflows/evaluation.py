@@ -14,6 +14,7 @@ from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities.evaluation import EvaluationActivities
+    from ragkit import ids
     from ragkit.scoring import metrics
     from schemas.answer import AnswerWorkflowInput, AskRequest
     from schemas.evaluation import CaseOutcome, EvalCase, EvalInput, EvalReport, StoreEvalInput
@@ -43,7 +44,7 @@ class EvaluationWorkflow:
                             ),
                             plan=request.plan,
                         ),
-                        id=f"{run_id}-{case.id}",
+                        id=ids.eval_case_workflow_id(run_id, case.id),
                         static_summary=f"eval case {case.id}: {case.question[:60]}",
                         memo={"tenant": request.tenant},
                     )
@@ -51,7 +52,7 @@ class EvaluationWorkflow:
                     return CaseOutcome(
                         case_id=case.id,
                         kind=case.kind,
-                        trace_id=f"{run_id}-{case.id}",
+                        trace_id=ids.eval_case_workflow_id(run_id, case.id),
                         retrieved=[],
                         cited=[],
                         answer="",

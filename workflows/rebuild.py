@@ -32,10 +32,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.calls import call, describe
 
 
-def rebuild_workflow_id(collection: str) -> str:
-    return f"rebuild-{collection}"
-
-
 @workflow.defn
 class RebuildIndexWorkflow:
     def __init__(self) -> None:

@@ -25,8 +25,9 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from durable_rag.client import PROMPT_OVERHEAD_TOKENS, RagClient, ingest_workflow_id
+from durable_rag.client import PROMPT_OVERHEAD_TOKENS, RagClient
 from ragkit import ids
+from ragkit.ids import conversation_workflow_id, delete_workflow_id, ingest_workflow_id
 from ragkit.settings import Settings
 from schemas.answer import AnswerPlan, AskRequest
 from schemas.conversation import ChatRequest, ConversationKey
@@ -34,8 +35,6 @@ from schemas.documents import DocumentRef
 from schemas.gateway import AskBody, ChatCompletionBody, DocumentBody, MessageBody
 from schemas.ingest import IngestRequest
 from schemas.search import SearchRequest
-from workflows.conversation import conversation_workflow_id
-from workflows.delete_document import delete_workflow_id
 
 # Temporal's default limit on a workflow id (frontend.workflowIdMaxLength... limit.maxIDLength).
 MAX_WORKFLOW_ID_BYTES = 1_000

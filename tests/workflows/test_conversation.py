@@ -24,13 +24,14 @@ from durable_rag.stack import (
     wait_worker_ready,
 )
 from ragkit.embedding import Embedder
+from ragkit.ids import conversation_workflow_id
 from ragkit.llm.engine import VllmEngine
 from schemas.conversation import ChatRequest, ConversationHistory
 from tests.conftest import Database
 from tests.workflows.test_answer import answering, ingest_sample
 from tests.workflows.test_ingest import save_history
 from tests.workflows.test_ingest_faults import worker_env
-from workflows.conversation import ConversationWorkflow, conversation_workflow_id
+from workflows.conversation import ConversationWorkflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from durable_rag.client import ingest_workflow_id
 from ragkit import ids
+from ragkit.ids import ingest_workflow_id
 from tests.conftest import CORPUS, ROOT, Database, Stack, running_stack
 
 pytestmark = pytest.mark.integration

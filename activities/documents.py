@@ -18,9 +18,10 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import beating
 from ragkit import ids, parsing, policies
 from ragkit.chunking import chunk_document
-from ragkit.db import Chunk, Document, DocumentStatus, Upload, dead_chunk
+from ragkit.db import Chunk, Document, DocumentStatus, dead_chunk
 from ragkit.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
 from ragkit.retrieval import keyword_query
+from ragkit.sources import Source
 from ragkit.store import uploads
 from schemas.common import DocumentFailure, DocumentVersion
 from schemas.documents import DocumentRef, PurgeDocumentOutput, TombstoneOutput
@@ -71,7 +72,7 @@ class DocumentActivities:
         failures: list[DocumentFailure] = []
         seen: set[str] = set()
         for raw in request.paths:
-            if uploads.is_upload(raw):
+            if Source.parse(raw).is_upload:
                 if raw not in seen:  # read, and reported if missing, when staged
                     seen.add(raw)
                     files.append(raw)
@@ -144,7 +145,7 @@ class DocumentActivities:
     def _stage_one(self, tenant: str, source: str) -> DocumentVersion | None:
         started = time.perf_counter()
         content_type = parsing.content_type_for(source)
-        data = self._read(tenant, source)
+        data = self._read(tenant, Source.parse(source))
         digest = ids.content_hash(data)
         doc_id = ids.document_id(tenant, source)
 
@@ -157,9 +158,7 @@ class DocumentActivities:
             ):
                 return None
 
-        parsed = parsing.parse(
-            data, content_type, fallback_title=Path(source.removeprefix(uploads.PREFIX)).stem
-        )
+        parsed = parsing.parse(data, content_type, fallback_title=Source.parse(source).stem)
         with self._tokenizer_lock:
             drafts = chunk_document(parsed, self.tokenizer, self.chunk_tokens, self.chunk_overlap)
         STEP_SECONDS.labels("parse_chunk").observe(time.perf_counter() - started)
@@ -210,11 +209,11 @@ class DocumentActivities:
             )
         return DocumentVersion(document_id=doc_id, version=version, source=source)
 
-    def _read(self, tenant: str, source: str) -> bytes:
-        if not uploads.is_upload(source):
-            return parsing.read_source(Path(source), self.max_document_bytes)
+    def _read(self, tenant: str, source: Source) -> bytes:
+        if not source.is_upload:
+            return parsing.read_source(Path(source.location), self.max_document_bytes)
         with self.sessions() as session:
-            data = uploads.read(session, tenant, source)
+            data = uploads.read(session, tenant, source.location)
         if data is None:
             raise parsing.DocumentError(parsing.UNREADABLE, "no such upload")
         if len(data) > self.max_document_bytes:
@@ -257,13 +256,9 @@ class DocumentActivities:
                 delete(Chunk).where(Chunk.document_id == doc.id).returning(Chunk.id)
             ).all()
             doc.chunk_count = 0
-            if uploads.is_upload(doc.source):
-                session.execute(
-                    delete(Upload).where(
-                        Upload.tenant == doc.tenant,
-                        Upload.name == doc.source.removeprefix(uploads.PREFIX),
-                    )
-                )
+            source = Source.parse(doc.source)
+            if source.is_upload:
+                uploads.delete(session, doc.tenant, source.location)
         return PurgeDocumentOutput(chunks_removed=len(removed))
 
     @activity.defn

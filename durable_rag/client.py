@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from ragkit import ids, prompts
 from ragkit.db import make_sessionmaker
 from ragkit.settings import Settings
+from ragkit.sources import Source
 from ragkit.store import model_alias, uploads
 from ragkit.store.history import read_history
 from ragkit.temporal import connect
@@ -168,7 +169,7 @@ class RagClient:
                 f"{len(data)} bytes is over the document limit of "
                 f"{self.settings.ingest.max_document_bytes} bytes (DURABLE_RAG_MAX_DOCUMENT_BYTES)"
             )
-        source = uploads.source_for(name)
+        source = str(Source.upload(name))
         document_id = ids.document_id(tenant, source)
         digest = hashlib.sha256(data).hexdigest()
         workflow_id = ids.upload_workflow_id(tenant, name, idempotency_key, uuid.uuid4().hex[:12])

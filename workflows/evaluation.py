@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.evaluation import EvaluationActivities
     from ragkit import ids
     from ragkit.scoring import metrics
+    from ragkit.sources import Source
     from schemas.answer import AnswerWorkflowInput, AskRequest
     from schemas.evaluation import CaseOutcome, EvalCase, EvalInput, EvalReport, StoreEvalInput
     from workflows.answer import AnswerWorkflow
@@ -87,4 +88,4 @@ class EvaluationWorkflow:
 
 def document(source: str) -> str:
     """A source's file name: the label evaluation sets use."""
-    return source.replace("\\", "/").rsplit("/", 1)[-1].removeprefix("upload:")
+    return Source.parse(source).file_name

@@ -1,4 +1,5 @@
-"""Documents sent through the gateway: kept in Postgres, ingested as the source `upload:<name>`.
+"""Documents sent through the gateway: kept in Postgres by name, ingested as the source
+`Source.upload(name)` (ragkit/sources.py).
 
 The ingest reads an upload as it reads a file, so versioning, idempotency and failures work the
 same way; workers need no shared disk with the gateway.
@@ -9,21 +10,12 @@ from __future__ import annotations
 import hashlib
 import uuid
 
+from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkit.db import Upload
-
-PREFIX = "upload:"
-
-
-def source_for(name: str) -> str:
-    return f"{PREFIX}{name}"
-
-
-def is_upload(source: str) -> bool:
-    return source.startswith(PREFIX)
 
 
 def store(sessions: sessionmaker[Session], tenant: str, name: str, data: bytes) -> str:
@@ -42,7 +34,11 @@ def store(sessions: sessionmaker[Session], tenant: str, name: str, data: bytes) 
     return digest
 
 
-def read(session: Session, tenant: str, source: str) -> bytes | None:
+def read(session: Session, tenant: str, name: str) -> bytes | None:
     return session.scalar(
-        select(Upload.content).where(Upload.tenant == tenant, Upload.name == source[len(PREFIX) :])
+        select(Upload.content).where(Upload.tenant == tenant, Upload.name == name)
     )
+
+
+def delete(session: Session, tenant: str, name: str) -> None:
+    session.execute(sa_delete(Upload).where(Upload.tenant == tenant, Upload.name == name))

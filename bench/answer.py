@@ -91,7 +91,7 @@ async def main_async(requests: int, max_tokens: int, json_path: Path | None = No
         async def plain(question: str) -> None:
             """The same steps, called directly: no Temporal."""
             request = AskRequest(question=question, max_answer_tokens=max_tokens)
-            plan = rag.answer_plan(request)
+            plan = rag.answer_plan(request.max_answer_tokens, request.top_k)
 
             candidates = plan.retrieval.candidates
 

@@ -31,6 +31,8 @@ from ragkit.store import model_alias, uploads
 from ragkit.store.history import read_history
 from ragkit.temporal import connect
 from schemas.answer import (
+    DEFAULT_ANSWER_TOKENS,
+    DEFAULT_TOP_K,
     Answer,
     AnswerPlan,
     AnswerWorkflowInput,
@@ -241,10 +243,7 @@ class RagClient:
         max_answer_tokens: int = 64,
     ) -> EvalReport:
         """Run a case set through the real answer flow (EvaluationWorkflow) and score it."""
-        plan = self.answer_plan(
-            AskRequest(tenant=tenant, question="?", max_answer_tokens=max_answer_tokens),
-            await self.default_model(),
-        )
+        plan = self.answer_plan(max_answer_tokens, DEFAULT_TOP_K, await self.default_model())
         return await self.client.execute_workflow(
             EvaluationWorkflow.run,
             EvalInput(
@@ -349,24 +348,33 @@ class RagClient:
             log.warning("cannot read the default model (%s); using %s", exc, self.settings.llm.name)
             return self.settings.llm.name
 
-    def answer_plan(self, request: AskRequest, default_model: str = "") -> AnswerPlan:
+    def context_tokens(self, max_answer_tokens: int) -> int:
+        """What the model's context leaves for the question, history and passages once an answer
+        of `max_answer_tokens` fits. ValueError when the answer is over the limit or leaves no
+        room: every entry point checks this before it starts anything."""
         s = self.settings
-        if request.max_answer_tokens > s.llm.max_answer_tokens:
+        if max_answer_tokens > s.llm.max_answer_tokens:
             raise ValueError(
-                f"max_answer_tokens {request.max_answer_tokens} is over the limit of "
+                f"max_answer_tokens {max_answer_tokens} is over the limit of "
                 f"{s.llm.max_answer_tokens} (DURABLE_RAG_LLM_MAX_ANSWER_TOKENS)"
             )
-        context = s.llm.max_model_len - request.max_answer_tokens - PROMPT_OVERHEAD_TOKENS
+        context = s.llm.max_model_len - max_answer_tokens - PROMPT_OVERHEAD_TOKENS
         if context < 64:
             raise ValueError(
-                f"an answer of {request.max_answer_tokens} tokens leaves no room for context in "
+                f"an answer of {max_answer_tokens} tokens leaves no room for context in "
                 f"the model's {s.llm.max_model_len} tokens"
             )
+        return context
+
+    def answer_plan(self, max_answer_tokens: int, top_k: int, model: str = "") -> AnswerPlan:
+        """How to answer (from settings): `model` is the request's model or the default alias;
+        empty, the settings' model."""
+        s = self.settings
         return AnswerPlan(
-            model=request.model or default_model or s.llm.name,
+            model=model or s.llm.name,
             fallback_model=s.llm.fallback_model,
-            context_tokens=context,
-            retrieval=self.retrieval_plan(request.top_k),
+            context_tokens=self.context_tokens(max_answer_tokens),
+            retrieval=self.retrieval_plan(top_k),
             cache_answers=s.answer.cache,
             keep_transcript=s.answer.transcripts,
             rewrite_model=s.answer.query_rewrite_model,
@@ -395,7 +403,9 @@ class RagClient:
         `stream_id`, the text is published on that token stream as it is generated; `history`
         carries earlier turns of a conversation the caller keeps itself."""
         workflow_id = ids.answer_workflow_id(trace_id or uuid.uuid4().hex)
-        plan = self.answer_plan(request, await self.default_model())
+        plan = self.answer_plan(
+            request.max_answer_tokens, request.top_k, request.model or await self.default_model()
+        )
         if self.shadowed(workflow_id):
             s = self.settings
             retrieval = plan.retrieval.model_copy(
@@ -433,7 +443,7 @@ class RagClient:
         return ConversationInput(
             tenant=tenant,
             conversation_id=conversation_id,
-            plan=self.answer_plan(AskRequest(tenant=tenant, question="?")),
+            plan=self.answer_plan(DEFAULT_ANSWER_TOKENS, DEFAULT_TOP_K),
             window=WindowPlan(
                 history_tokens=s.conversation.history_tokens,
                 summary_tokens=s.conversation.summary_tokens,
@@ -477,9 +487,7 @@ class RagClient:
             stream_id=stream_id,
             model=await self.default_model(),
         )
-        self.answer_plan(
-            AskRequest(tenant=request.tenant, question="?", max_answer_tokens=max_answer_tokens)
-        )  # the same limits as ask, checked before anything starts
+        self.context_tokens(max_answer_tokens)  # the limits of ask, before anything starts
         return await self.client.execute_update_with_start_workflow(
             ConversationWorkflow.send,
             ChatUpdate(request=request),

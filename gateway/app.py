@@ -377,9 +377,7 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
 
     def check_message(body: MessageBody, tenant: str) -> None:
         try:  # the same limits as ask, before anything starts
-            client().answer_plan(
-                AskRequest(tenant=tenant, question="?", max_answer_tokens=body.max_answer_tokens)
-            )
+            client().context_tokens(body.max_answer_tokens)
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from exc
 

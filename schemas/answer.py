@@ -13,6 +13,11 @@ from schemas.search import RetrievalLabel, RetrievalPlan
 ModelName = str  # served model name: lowercase letters, digits, . _ -
 
 
+# What a request that names neither gets: passages in the prompt, and the answer's length bound.
+DEFAULT_TOP_K = 5
+DEFAULT_ANSWER_TOKENS = 256
+
+
 class AskRequest(Contract):
     """A question from a caller. Every field is bounded (R4)."""
 
@@ -25,9 +30,9 @@ class AskRequest(Contract):
         default_factory=list, max_length=100, description="Only search these documents."
     )
     top_k: int = Field(
-        default=5, ge=1, le=20, description="Passages placed in the prompt, at most."
+        default=DEFAULT_TOP_K, ge=1, le=20, description="Passages placed in the prompt, at most."
     )
-    max_answer_tokens: int = Field(default=256, ge=1, le=4_096)
+    max_answer_tokens: int = Field(default=DEFAULT_ANSWER_TOKENS, ge=1, le=4_096)
     model: str | None = Field(
         default=None, pattern=r"^[a-z0-9._-]{1,64}$", description="Preferred model (served name)."
     )

@@ -276,7 +276,9 @@ def test_a_path_under_an_unknown_users_home_is_a_value_error() -> None:
 )
 def test_answer_plan_is_a_plan_or_a_value_error(request: AskRequest, default_model: str) -> None:
     try:
-        plan = RAG.answer_plan(request, default_model)
+        plan = RAG.answer_plan(
+            request.max_answer_tokens, request.top_k, request.model or default_model
+        )
     except ValueError as exc:
         assert not isinstance(exc, ValidationError), exc
         assert "max_answer_tokens" in str(exc) or "no room for context" in str(exc)
@@ -290,7 +292,9 @@ def test_answer_plan_is_a_plan_or_a_value_error(request: AskRequest, default_mod
         SETTINGS.llm.max_model_len
     )
     assert plan.retrieval.candidates >= request.top_k
-    assert plan == RAG.answer_plan(request, default_model), "the same request, the same plan"
+    assert plan == RAG.answer_plan(
+        request.max_answer_tokens, request.top_k, request.model or default_model
+    ), "the same request, the same plan"
     assert through_temporal(plan) == plan
 
 

@@ -499,4 +499,4 @@ def test_requests_are_validated_before_anything_starts() -> None:
         AskRequest(question="x", model="Not A Valid Name!")
     rag = RagClient(None, Settings(llm_max_answer_tokens=100))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="over the limit"):
-        rag.answer_plan(AskRequest(question="x", max_answer_tokens=200))
+        rag.answer_plan(max_answer_tokens=200, top_k=5)

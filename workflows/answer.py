@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
@@ -51,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         ChatMessage,
         Citation,
         ContextPassage,
+        ConversationWindow,
         GenerateInput,
         GenerateOutput,
         ModelChoice,
@@ -72,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
         is_permanent,
         record_steps,
     )
-    from workflows.retrieve import retrieve
+    from workflows.retrieve import Retrieved, retrieve
 
 DEGRADED_REPLY = (
     "The answering service is degraded right now and could not generate an answer. "
@@ -88,22 +90,84 @@ def rewrite(question: str) -> str:
     )
 
 
+@dataclass
+class Context:
+    """The passages that went into the prompt, in prompt order (number n is kept[n - 1]), and
+    every hydrated passage by chunk id."""
+
+    kept: list[tuple[str, str]]  # (chunk id, text as placed in the prompt)
+    by_id: dict[str, Passage]
+
+
+@dataclass
+class Reply:
+    """What answers the question, and who: a model, the answer cache or the default reply."""
+
+    text: str
+    citations: list[Citation]
+    method: str  # how the citations were found
+    route: str
+    model: str
+
+
 @workflow.defn
 class AnswerWorkflow:
+    def __init__(self) -> None:
+        # One run's record, kept by the steps: the Answer reports all of it.
+        self.trace_id = ""
+        self.timings: dict[str, float] = {}
+        self.degradations: list[str] = []
+        self.steps: list[StepCost] = []
+        self._clock = 0.0
+
     @workflow.run
     async def run(self, wf_input: AnswerWorkflowInput) -> Answer:
         request, plan = wf_input.request, wf_input.plan
-        trace_id = workflow.info().workflow_id
-        timings: dict[str, float] = {}
-        degradations: list[str] = []
-        clock = workflow.time()
+        self.trace_id = workflow.info().workflow_id
+        self._clock = workflow.time()
+        query = self._rules_query(request, plan)
+        # Before the first activity: its start is confirmed while retrieval runs.
+        shadow = self._start_shadow(wf_input) if plan.shadow is not None else None
+        query = await self._llm_rewrite(request, plan, query)
+        found = await self._retrieve(request, plan, query)
+        passages = await self._hydrate(request, found)
+        passages, reranked = await self._rerank(plan, query, passages)
+        context = self._assemble(request, plan, passages, wf_input.history)
+        messages = self._messages(request, plan, context, wf_input.history)
+        model, choice = self._route(request, plan, found)
+        generated, route, model = await self._generate(
+            messages, request.max_answer_tokens, model, plan, wf_input.stream_id
+        )
+        self._lap("generate")
+        reply = await self._reply(request, plan, context, generated, route, model)
+        await self._cache(request, plan, reply, generated)
+        cost = self._cost(generated)
+        await self._record(request, plan, reply, cost, generated, messages)
+        if not plan.shadow_of:  # a candidate's steps are not the service's
+            record_steps(self.timings)
+        await self._shadow_started(shadow)
+        workflow.logger.info(
+            "answered via %s with %d citation(s), %d degradation(s), in %.0f ms",
+            reply.route,
+            len(reply.citations),
+            len(self.degradations),
+            sum(self.timings.values()),
+        )
+        return self._answer(
+            request, plan, query, found, reranked, context, reply, generated, cost, choice
+        )
 
-        def lap(step: str) -> None:
-            nonlocal clock
-            now = workflow.time()
-            timings[step] = round((now - clock) * 1000, 1)
-            clock = now
+    def _lap(self, step: str) -> None:
+        """The time since the previous step, as this step's latency."""
+        now = workflow.time()
+        self.timings[step] = round((now - self._clock) * 1000, 1)
+        self._clock = now
 
+    # --- the steps, in order --------------------------------------------------------------------
+
+    def _rules_query(self, request: AskRequest, plan: AnswerPlan) -> str:
+        """The rules' search query. A question that cannot fit the model's context even alone
+        fails here, before any activity runs."""
         query = rewrite(request.question)
         question_tokens = estimate_tokens(request.question)
         if question_tokens > plan.context_tokens:
@@ -113,258 +177,9 @@ class AnswerWorkflow:
                 type=policies.PROMPT_TOO_LONG,
                 non_retryable=True,
             )
-        # Before the first activity: its start is confirmed while retrieval runs.
-        shadow = self._start_shadow(wf_input, trace_id) if plan.shadow is not None else None
-        steps: list[StepCost] = []
-        if plan.rewrite_model:
-            query = await self._llm_rewrite(request, plan.rewrite_model, query, degradations, steps)
-        lap("rewrite")
+        return query
 
-        found = await retrieve(request.tenant, query, plan.retrieval, request.document_ids)
-        degradations.extend(found.degradations)
-        fused = found.fused
-        if found.embed_seconds:
-            steps.append(
-                StepCost(step="embed_query", model="embedding", seconds=found.embed_seconds)
-            )
-        lap("retrieve")
-        passages: list[Passage] = []
-        if fused:
-            hydrated = await call(
-                DocumentActivities.hydrate_hits,
-                HydrateInput(
-                    tenant=request.tenant,
-                    hits=[VectorHit(chunk_id=uuid.UUID(s.key), score=s.score) for s in fused],
-                    limit=min(request.top_k * 2, 100),
-                ),
-                summary=f"load the top {len(fused)} fused passages from Postgres",
-            )
-            passages = hydrated.passages
-        lap("hydrate")
-
-        reranked = False
-        if plan.rerank and passages:
-            candidates = passages[: plan.rerank_candidates]
-            scored = await best_effort(
-                call(
-                    RerankActivities.rerank,
-                    RerankInput(query=query, passages=[p.text for p in candidates]),
-                    summary=f"rerank the top {len(candidates)} passages",
-                ),
-                degradations,
-                "rerank_skipped",
-                "rerank failed, retrieval order kept",
-            )
-            if scored is not None:
-                order = sorted(
-                    range(len(candidates)),
-                    key=lambda i: (-scored.scores[i], str(candidates[i].chunk_id)),
-                )
-                passages = [
-                    candidates[i].model_copy(update={"score": scored.scores[i]}) for i in order
-                ] + passages[len(candidates) :]
-                reranked = True
-            lap("rerank")
-
-        history = wf_input.history
-        history_tokens = (
-            estimate_tokens(history.summary)
-            + sum(estimate_tokens(t.content) for t in history.turns)
-            if history
-            else 0
-        )
-        prompt_budget = plan.context_tokens - question_tokens - history_tokens
-        # Rank, not raw score, decides what goes first: reranked and fused scores don't compare.
-        ranked = passages[: request.top_k]
-        kept, dropped = assemble_context(
-            [(str(p.chunk_id), p.text, float(len(ranked) - i)) for i, p in enumerate(ranked)],
-            prompt_budget,
-            estimate_tokens,
-        )
-        if dropped:
-            degrade(
-                degradations,
-                "passages_dropped",
-                f"{dropped} passage(s) dropped to fit the context budget",
-            )
-        by_id = {str(p.chunk_id): p for p in passages}
-        lap("assemble")
-
-        template = plan.prompt
-        prompt = build_prompt(
-            request.question,
-            kept,
-            history.summary if history else "",
-            template.user if template else BUILTIN_USER_TEMPLATE,
-        )
-        messages = [
-            ChatMessage(role="system", content=template.system if template else SYSTEM_PROMPT),
-            *(history.turns if history else []),
-            ChatMessage(role="user", content=prompt),
-        ]
-        model = request.model or plan.model
-        choice: ModelChoice | None = None
-        if plan.routing is not None:
-            choice = (
-                ModelChoice(model=model, rule="requested", reason="the request named its model")
-                if request.model
-                else choose_model(request.question, found.top_similarity, plan.routing)
-            )
-            model = choice.model
-        generated, route, model = await self._generate(
-            trace_id,
-            messages,
-            request.max_answer_tokens,
-            model,
-            plan,
-            degradations,
-            wf_input.stream_id,
-        )
-        lap("generate")
-
-        numbers = {key: n for n, (key, _) in enumerate(kept, start=1)}
-
-        def cite(keys: list[str]) -> list[Citation]:
-            return [
-                Citation(
-                    number=numbers[key],
-                    chunk_id=by_id[key].chunk_id,
-                    document_id=by_id[key].document_id,
-                    source=by_id[key].source,
-                    title=by_id[key].title,
-                    heading_path=by_id[key].heading_path,
-                    char_start=by_id[key].char_start,
-                    char_end=by_id[key].char_end,
-                )
-                for key in keys
-            ]
-
-        text: str
-        method: str
-        if generated is not None:
-            text = generated.text.strip()
-            cited_keys, method = parse_citations(text, kept)
-            citations = cite(cited_keys)
-        else:
-            cached = await self._cached(request, degradations) if plan.cache_answers else None
-            if cached is not None:
-                # The cached run's citations, numbered as in that run's prompt.
-                route, model, text, citations, method = (
-                    "cached_answer", cached.model, cached.answer, cached.citations, "cached"
-                )  # fmt: skip
-                degrade(
-                    degradations,
-                    "cached_answer",
-                    f"served the cached answer of run {cached.trace_id}",
-                )
-            else:
-                degrade(degradations, "default_reply", "no model answered: the default reply")
-                text, method = DEGRADED_REPLY, "none"
-                citations = cite([key for key, _ in kept[:3]])
-        lap("parse")
-        if generated is not None and plan.cache_answers and text:
-            await self._store(request, trace_id, text, citations, model, degradations)
-            lap("cache")
-        if generated is not None:
-            steps.append(
-                StepCost(
-                    step="generate",
-                    model=generated.model,
-                    seconds=generated.seconds,
-                    prompt_tokens=generated.prompt_tokens,
-                    completion_tokens=generated.completion_tokens,
-                )
-            )
-        cost = AnswerCost(
-            engine_seconds=round(sum(s.seconds for s in steps if s.step != "embed_query"), 4),
-            embed_seconds=round(sum(s.seconds for s in steps if s.step == "embed_query"), 4),
-            steps=steps,
-        )
-        if plan.shadow_of:
-            await best_effort(
-                call(
-                    CostActivities.record_shadow,
-                    RecordShadowInput(
-                        live_trace_id=plan.shadow_of,
-                        trace_id=trace_id,
-                        tenant=request.tenant,
-                        model=model or "-",
-                        prompt_id=template.id if template else "builtin",
-                        retrieval=plan.retrieval.mode,
-                        answer=text,
-                        cited_chunks=[c.chunk_id for c in citations],
-                        total_ms=round(sum(timings.values()), 1),
-                        engine_seconds=cost.engine_seconds,
-                        route=route,
-                    ),
-                    summary="record the candidate's answer beside the live one",
-                ),
-                degradations,
-                "shadow_not_recorded",
-                "shadow answer not recorded",
-            )
-        # Runs recorded before cost rows existed replay without this step.
-        elif workflow.patched("answer-cost-row"):
-            kept_transcript = generated is not None and plan.keep_transcript
-            await self._record_cost(
-                request,
-                trace_id,
-                model,
-                route,
-                timings,
-                cost,
-                degradations,
-                messages if kept_transcript else [],
-                text if kept_transcript else "",
-                [c.chunk_id for c in citations],
-            )
-        if not plan.shadow_of:  # a candidate's steps are not the service's
-            record_steps(timings)
-        if shadow is not None:
-            try:
-                await shadow  # started long ago: this does not wait
-            except Exception as err:
-                workflow.logger.warning("shadow run not started: %s", err)
-        workflow.logger.info(
-            "answered via %s with %d citation(s), %d degradation(s), in %.0f ms",
-            route,
-            len(citations),
-            len(degradations),
-            sum(timings.values()),
-        )
-        return Answer(
-            trace_id=trace_id,
-            question=request.question,
-            query=query,
-            answer=text,
-            citations=citations,
-            citation_method=method,  # type: ignore[arg-type]
-            model=model,
-            route=route,  # type: ignore[arg-type]
-            retrieval=found.retrieval,
-            reranked=reranked,
-            context=[
-                ContextPassage(
-                    number=n,
-                    chunk_id=by_id[key].chunk_id,
-                    score=by_id[key].score,
-                    source=by_id[key].source,
-                )
-                for n, (key, _) in enumerate(kept, start=1)
-            ],
-            degradations=degradations,
-            timings_ms=timings,
-            tokens=TokenCounts(
-                prompt=generated.prompt_tokens if generated else 0,
-                completion=generated.completion_tokens if generated else 0,
-            ),
-            cost=cost,
-            prompt_id=template.id if template else "builtin",
-            prompt_hash=template.hash if template else "",
-            model_choice=choice,
-        )
-
-    def _start_shadow(self, wf_input: AnswerWorkflowInput, trace_id: str) -> asyncio.Future[Any]:
+    def _start_shadow(self, wf_input: AnswerWorkflowInput) -> asyncio.Future[Any]:
         """Start the candidate configuration on the same request, as a child abandoned when this
         run closes: it runs beside this answer and never delays or changes it (R28)."""
         plan = wf_input.plan
@@ -375,7 +190,7 @@ class AnswerWorkflow:
                 "prompt": plan.shadow.prompt,
                 "retrieval": plan.shadow.retrieval or plan.retrieval,
                 "shadow": None,
-                "shadow_of": trace_id,
+                "shadow_of": self.trace_id,
                 "routing": None,
                 "fallback_model": "",
                 "cache_answers": False,
@@ -386,137 +201,173 @@ class AnswerWorkflow:
             workflow.start_child_workflow(
                 AnswerWorkflow.run,
                 wf_input.model_copy(update={"plan": candidate, "stream_id": ""}),
-                id=ids.shadow_workflow_id(trace_id),
+                id=ids.shadow_workflow_id(self.trace_id),
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 memo={"tenant": wf_input.request.tenant},
                 static_summary=f"shadow: {candidate.model} with {plan.shadow.prompt.id}",
             )
         )
 
-    async def _llm_rewrite(
-        self,
-        request: AskRequest,
-        model: str,
-        rules_query: str,
-        degradations: list[str],
-        steps: list[StepCost],
-    ) -> str:
-        rewritten = await best_effort(
-            call(
-                InferenceActivities.rewrite_query,
-                RewriteInput(trace_id=workflow.info().workflow_id, question=request.question),
-                summary=f"rewrite the question for search with {model}",
-                task_queue=policies.llm_queue(model),
-            ),
-            degradations,
-            "rules_rewrite",
-            "LLM query rewrite failed, rules used",
-        )
-        if rewritten is None:
-            return rules_query
-        steps.append(
-            StepCost(
-                step="rewrite",
-                model=rewritten.model,
-                seconds=rewritten.seconds,
-                prompt_tokens=rewritten.prompt_tokens,
-                completion_tokens=rewritten.completion_tokens,
+    async def _llm_rewrite(self, request: AskRequest, plan: AnswerPlan, rules_query: str) -> str:
+        """With a rewrite model, its search query; on any failure, the rules' one."""
+        if plan.rewrite_model:
+            rewritten = await best_effort(
+                call(
+                    InferenceActivities.rewrite_query,
+                    RewriteInput(trace_id=self.trace_id, question=request.question),
+                    summary=f"rewrite the question for search with {plan.rewrite_model}",
+                    task_queue=policies.llm_queue(plan.rewrite_model),
+                ),
+                self.degradations,
+                "rules_rewrite",
+                "LLM query rewrite failed, rules used",
             )
-        )
-        return rewritten.query
+            if rewritten is not None:
+                self.steps.append(
+                    StepCost(
+                        step="rewrite",
+                        model=rewritten.model,
+                        seconds=rewritten.seconds,
+                        prompt_tokens=rewritten.prompt_tokens,
+                        completion_tokens=rewritten.completion_tokens,
+                    )
+                )
+                rules_query = rewritten.query
+        self._lap("rewrite")
+        return rules_query
 
-    async def _record_cost(
+    async def _retrieve(self, request: AskRequest, plan: AnswerPlan, query: str) -> Retrieved:
+        found = await retrieve(request.tenant, query, plan.retrieval, request.document_ids)
+        self.degradations.extend(found.degradations)
+        if found.embed_seconds:
+            self.steps.append(
+                StepCost(step="embed_query", model="embedding", seconds=found.embed_seconds)
+            )
+        self._lap("retrieve")
+        return found
+
+    async def _hydrate(self, request: AskRequest, found: Retrieved) -> list[Passage]:
+        """The fused hits' passages, of active versions only (Postgres decides what is live)."""
+        passages: list[Passage] = []
+        if found.fused:
+            hydrated = await call(
+                DocumentActivities.hydrate_hits,
+                HydrateInput(
+                    tenant=request.tenant,
+                    hits=[VectorHit(chunk_id=uuid.UUID(s.key), score=s.score) for s in found.fused],
+                    limit=min(request.top_k * 2, 100),
+                ),
+                summary=f"load the top {len(found.fused)} fused passages from Postgres",
+            )
+            passages = hydrated.passages
+        self._lap("hydrate")
+        return passages
+
+    async def _rerank(
+        self, plan: AnswerPlan, query: str, passages: list[Passage]
+    ) -> tuple[list[Passage], bool]:
+        """With a reranker, the top candidates in its order; on failure, the retrieval order."""
+        if not plan.rerank or not passages:
+            return passages, False
+        candidates = passages[: plan.rerank_candidates]
+        scored = await best_effort(
+            call(
+                RerankActivities.rerank,
+                RerankInput(query=query, passages=[p.text for p in candidates]),
+                summary=f"rerank the top {len(candidates)} passages",
+            ),
+            self.degradations,
+            "rerank_skipped",
+            "rerank failed, retrieval order kept",
+        )
+        self._lap("rerank")
+        if scored is None:
+            return passages, False
+        order = sorted(
+            range(len(candidates)),
+            key=lambda i: (-scored.scores[i], str(candidates[i].chunk_id)),
+        )
+        reranked = [candidates[i].model_copy(update={"score": scored.scores[i]}) for i in order]
+        return reranked + passages[len(candidates) :], True
+
+    def _assemble(
         self,
         request: AskRequest,
-        trace_id: str,
-        model: str,
-        route: str,
-        timings: dict[str, float],
-        cost: AnswerCost,
-        degradations: list[str],
-        messages: list[ChatMessage],
-        output: str,
-        cited_chunks: list[uuid.UUID],
-    ) -> None:
-        await best_effort(
-            call(
-                CostActivities.record_cost,
-                RecordCostInput(
-                    trace_id=trace_id,
-                    tenant=request.tenant,
-                    model=model,
-                    route=route,
-                    total_ms=round(sum(timings.values()), 1),
-                    cost=cost,
-                    degraded=bool(degradations),
-                    messages=messages,
-                    output=output,
-                    cited_chunks=cited_chunks,
-                ),
-                summary="record what this answer cost",
-            ),
-            degradations,
-            "cost_not_recorded",
-            "cost not recorded",
+        plan: AnswerPlan,
+        passages: list[Passage],
+        history: ConversationWindow | None,
+    ) -> Context:
+        """The best passages that fit what the context leaves after the question and history,
+        cut only at sentence ends."""
+        history_tokens = (
+            estimate_tokens(history.summary)
+            + sum(estimate_tokens(t.content) for t in history.turns)
+            if history
+            else 0
         )
+        budget = plan.context_tokens - estimate_tokens(request.question) - history_tokens
+        # Rank, not raw score, decides what goes first: reranked and fused scores don't compare.
+        ranked = passages[: request.top_k]
+        kept, dropped = assemble_context(
+            [(str(p.chunk_id), p.text, float(len(ranked) - i)) for i, p in enumerate(ranked)],
+            budget,
+            estimate_tokens,
+        )
+        if dropped:
+            degrade(
+                self.degradations,
+                "passages_dropped",
+                f"{dropped} passage(s) dropped to fit the context budget",
+            )
+        self._lap("assemble")
+        return Context(kept=kept, by_id={str(p.chunk_id): p for p in passages})
 
-    async def _store(
+    def _messages(
         self,
         request: AskRequest,
-        trace_id: str,
-        text: str,
-        citations: list[Citation],
-        model: str,
-        degradations: list[str],
-    ) -> None:
-        await best_effort(
-            call(
-                AnswerCacheActivities.store_answer,
-                StoreAnswerInput(
-                    tenant=request.tenant,
-                    question=request.question,
-                    document_ids=request.document_ids,
-                    trace_id=trace_id,
-                    answer=text,
-                    citations=citations,
-                    model=model,
-                ),
-                summary="keep the answer for the LLM fallback path",
-            ),
-            degradations,
-            "answer_not_cached",
-            "answer not cached",
+        plan: AnswerPlan,
+        context: Context,
+        history: ConversationWindow | None,
+    ) -> list[ChatMessage]:
+        """The chat from the plan's prompt template: system, the history's turns, the question
+        with its numbered passages."""
+        template = plan.prompt
+        prompt = build_prompt(
+            request.question,
+            context.kept,
+            history.summary if history else "",
+            template.user if template else BUILTIN_USER_TEMPLATE,
         )
+        return [
+            ChatMessage(role="system", content=template.system if template else SYSTEM_PROMPT),
+            *(history.turns if history else []),
+            ChatMessage(role="user", content=prompt),
+        ]
 
-    async def _cached(
-        self, request: AskRequest, degradations: list[str]
-    ) -> CachedAnswerOutput | None:
-        found = await best_effort(
-            call(
-                AnswerCacheActivities.lookup_cached_answer,
-                CacheKeyInput(
-                    tenant=request.tenant,
-                    question=request.question,
-                    document_ids=request.document_ids,
-                ),
-                summary="look for a cached answer to this question and corpus version",
-            ),
-            degradations,
-            "cache_unavailable",
-            "answer cache unavailable",
+    def _route(
+        self, request: AskRequest, plan: AnswerPlan, found: Retrieved
+    ) -> tuple[str, ModelChoice | None]:
+        """The model to ask: the request's, else the router's choice, else the plan's."""
+        model = request.model or plan.model
+        if plan.routing is None:
+            return model, None
+        choice = (
+            ModelChoice(model=model, rule="requested", reason="the request named its model")
+            if request.model
+            else choose_model(request.question, found.top_similarity, plan.routing)
         )
-        return found if found is not None and found.found else None
+        return choice.model, choice
 
     async def _generate(
         self,
-        trace_id: str,
         messages: list[ChatMessage],
         max_tokens: int,
         model: str,
         plan: AnswerPlan,
-        degradations: list[str],
         stream_id: str,
     ) -> tuple[GenerateOutput | None, str, str]:
+        """(generation, route, model): the model's queue, then the fallback model's; (None,
+        "default_reply", "") when neither answered."""
         fallback = plan.fallback_model
         routes = [("primary", model)]
         if fallback and fallback != model:
@@ -526,7 +377,7 @@ class AnswerWorkflow:
                 generated = await call(
                     InferenceActivities.generate,
                     GenerateInput(
-                        trace_id=trace_id,
+                        trace_id=self.trace_id,
                         messages=messages,
                         max_tokens=max_tokens,
                         stream_id=stream_id,
@@ -539,8 +390,237 @@ class AnswerWorkflow:
                 if is_permanent(err) or is_cancellation(err):
                     raise
                 degrade(
-                    degradations,
+                    self.degradations,
                     "fallback_model" if route == "primary" and len(routes) > 1 else "no_model",
                     f"generation on {name} failed: {describe(err)}",
                 )
         return None, "default_reply", ""
+
+    async def _reply(
+        self,
+        request: AskRequest,
+        plan: AnswerPlan,
+        context: Context,
+        generated: GenerateOutput | None,
+        route: str,
+        model: str,
+    ) -> Reply:
+        """The generated text with its citations; when no model answered, the cached answer to
+        the same question and corpus version, else the default reply with the top passages."""
+        if generated is not None:
+            text = generated.text.strip()
+            cited, method = parse_citations(text, context.kept)
+            reply = Reply(text, self._cite(context, cited), method, route, model)
+        else:
+            cached = await self._cached(request) if plan.cache_answers else None
+            if cached is not None:
+                # The cached run's citations, numbered as in that run's prompt.
+                reply = Reply(
+                    cached.answer, cached.citations, "cached", "cached_answer", cached.model
+                )
+                degrade(
+                    self.degradations,
+                    "cached_answer",
+                    f"served the cached answer of run {cached.trace_id}",
+                )
+            else:
+                degrade(self.degradations, "default_reply", "no model answered: the default reply")
+                top = self._cite(context, [key for key, _ in context.kept[:3]])
+                reply = Reply(DEGRADED_REPLY, top, "none", route, model)
+        self._lap("parse")
+        return reply
+
+    def _cite(self, context: Context, keys: list[str]) -> list[Citation]:
+        numbers = {key: n for n, (key, _) in enumerate(context.kept, start=1)}
+        return [
+            Citation(
+                number=numbers[key],
+                chunk_id=context.by_id[key].chunk_id,
+                document_id=context.by_id[key].document_id,
+                source=context.by_id[key].source,
+                title=context.by_id[key].title,
+                heading_path=context.by_id[key].heading_path,
+                char_start=context.by_id[key].char_start,
+                char_end=context.by_id[key].char_end,
+            )
+            for key in keys
+        ]
+
+    async def _cached(self, request: AskRequest) -> CachedAnswerOutput | None:
+        found = await best_effort(
+            call(
+                AnswerCacheActivities.lookup_cached_answer,
+                CacheKeyInput(
+                    tenant=request.tenant,
+                    question=request.question,
+                    document_ids=request.document_ids,
+                ),
+                summary="look for a cached answer to this question and corpus version",
+            ),
+            self.degradations,
+            "cache_unavailable",
+            "answer cache unavailable",
+        )
+        return found if found is not None and found.found else None
+
+    async def _cache(
+        self,
+        request: AskRequest,
+        plan: AnswerPlan,
+        reply: Reply,
+        generated: GenerateOutput | None,
+    ) -> None:
+        """Keep a generated answer for the fallback path of a later LLM outage."""
+        if generated is None or not plan.cache_answers or not reply.text:
+            return
+        await best_effort(
+            call(
+                AnswerCacheActivities.store_answer,
+                StoreAnswerInput(
+                    tenant=request.tenant,
+                    question=request.question,
+                    document_ids=request.document_ids,
+                    trace_id=self.trace_id,
+                    answer=reply.text,
+                    citations=reply.citations,
+                    model=reply.model,
+                ),
+                summary="keep the answer for the LLM fallback path",
+            ),
+            self.degradations,
+            "answer_not_cached",
+            "answer not cached",
+        )
+        self._lap("cache")
+
+    def _cost(self, generated: GenerateOutput | None) -> AnswerCost:
+        """Engine seconds and tokens per step (R26); the query's embedding apart."""
+        if generated is not None:
+            self.steps.append(
+                StepCost(
+                    step="generate",
+                    model=generated.model,
+                    seconds=generated.seconds,
+                    prompt_tokens=generated.prompt_tokens,
+                    completion_tokens=generated.completion_tokens,
+                )
+            )
+        steps = self.steps
+        return AnswerCost(
+            engine_seconds=round(sum(s.seconds for s in steps if s.step != "embed_query"), 4),
+            embed_seconds=round(sum(s.seconds for s in steps if s.step == "embed_query"), 4),
+            steps=steps,
+        )
+
+    async def _record(
+        self,
+        request: AskRequest,
+        plan: AnswerPlan,
+        reply: Reply,
+        cost: AnswerCost,
+        generated: GenerateOutput | None,
+        messages: list[ChatMessage],
+    ) -> None:
+        """A shadow run records its row beside the live answer's; a live answer its cost row
+        (and transcript). Runs recorded before cost rows existed replay without this step."""
+        cited = [c.chunk_id for c in reply.citations]
+        total_ms = round(sum(self.timings.values()), 1)
+        if plan.shadow_of:
+            await best_effort(
+                call(
+                    CostActivities.record_shadow,
+                    RecordShadowInput(
+                        live_trace_id=plan.shadow_of,
+                        trace_id=self.trace_id,
+                        tenant=request.tenant,
+                        model=reply.model or "-",
+                        prompt_id=plan.prompt.id if plan.prompt else "builtin",
+                        retrieval=plan.retrieval.mode,
+                        answer=reply.text,
+                        cited_chunks=cited,
+                        total_ms=total_ms,
+                        engine_seconds=cost.engine_seconds,
+                        route=reply.route,
+                    ),
+                    summary="record the candidate's answer beside the live one",
+                ),
+                self.degradations,
+                "shadow_not_recorded",
+                "shadow answer not recorded",
+            )
+        elif workflow.patched("answer-cost-row"):
+            transcript = generated is not None and plan.keep_transcript
+            await best_effort(
+                call(
+                    CostActivities.record_cost,
+                    RecordCostInput(
+                        trace_id=self.trace_id,
+                        tenant=request.tenant,
+                        model=reply.model,
+                        route=reply.route,
+                        total_ms=total_ms,
+                        cost=cost,
+                        degraded=bool(self.degradations),
+                        messages=messages if transcript else [],
+                        output=reply.text if transcript else "",
+                        cited_chunks=cited,
+                    ),
+                    summary="record what this answer cost",
+                ),
+                self.degradations,
+                "cost_not_recorded",
+                "cost not recorded",
+            )
+
+    async def _shadow_started(self, shadow: asyncio.Future[Any] | None) -> None:
+        if shadow is not None:
+            try:
+                await shadow  # started long ago: this does not wait
+            except Exception as err:
+                workflow.logger.warning("shadow run not started: %s", err)
+
+    def _answer(
+        self,
+        request: AskRequest,
+        plan: AnswerPlan,
+        query: str,
+        found: Retrieved,
+        reranked: bool,
+        context: Context,
+        reply: Reply,
+        generated: GenerateOutput | None,
+        cost: AnswerCost,
+        choice: ModelChoice | None,
+    ) -> Answer:
+        template = plan.prompt
+        return Answer(
+            trace_id=self.trace_id,
+            question=request.question,
+            query=query,
+            answer=reply.text,
+            citations=reply.citations,
+            citation_method=reply.method,  # type: ignore[arg-type]
+            model=reply.model,
+            route=reply.route,  # type: ignore[arg-type]
+            retrieval=found.retrieval,
+            reranked=reranked,
+            context=[
+                ContextPassage(
+                    number=n,
+                    chunk_id=context.by_id[key].chunk_id,
+                    score=context.by_id[key].score,
+                    source=context.by_id[key].source,
+                )
+                for n, (key, _) in enumerate(context.kept, start=1)
+            ],
+            degradations=self.degradations,
+            timings_ms=self.timings,
+            tokens=TokenCounts(
+                prompt=generated.prompt_tokens if generated else 0,
+                completion=generated.completion_tokens if generated else 0,
+            ),
+            cost=cost,
+            prompt_id=template.id if template else "builtin",
+            prompt_hash=template.hash if template else "",
+            model_choice=choice,
+        )

@@ -32,53 +32,14 @@ class CompactionWorkflow:
         chunks_before = await call(
             DocumentActivities.chunk_stats, request, summary="count chunk rows, live and dead"
         )
-        chunks_removed = 0
-        while True:
-            batch = await call(
-                DocumentActivities.purge_dead_chunks,
-                request,
-                summary=f"delete up to {request.batch_size} dead chunk rows",
-            )
-            chunks_removed += batch.removed
-            if batch.removed < request.batch_size:
-                break
+        chunks_removed = await self._purge_dead_chunks(request)
         swept = await call(
             VectorIndexActivities.sweep_index,
             request,
             summary="delete index points that no live chunk backs",
         )
         degradations: list[str] = []
-        # Both only reclaim space: a failure is reported, not fatal.
-        await best_effort(
-            call(VectorIndexActivities.optimize_index, request, summary="optimize the index"),
-            degradations,
-            "optimize_skipped",
-            "optimizing the index failed",
-        )
-        await best_effort(
-            call(
-                DocumentActivities.vacuum_chunks,
-                request,
-                summary="VACUUM (ANALYZE) the chunk tables",
-            ),
-            degradations,
-            "vacuum_skipped",
-            "VACUUM failed",
-        )
-        transcripts_removed = 0
-        # Runs recorded before transcripts existed replay without this step.
-        if workflow.patched("purge-transcripts"):
-            purged = await best_effort(
-                call(
-                    CostActivities.purge_transcripts,
-                    request,
-                    summary=f"delete transcripts older than {request.transcript_retention_days} days",
-                ),
-                degradations,
-                "transcripts_kept",
-                "purging old transcripts failed",
-            )
-            transcripts_removed = purged.removed if purged else 0
+        transcripts_removed = await self._reclaim(request, degradations)
         points_after = await call(
             VectorIndexActivities.index_stats, request, summary="count the index's points again"
         )
@@ -106,3 +67,50 @@ class CompactionWorkflow:
             report.points_after,
         )
         return report
+
+    async def _purge_dead_chunks(self, request: CompactionInput) -> int:
+        """Dead chunk rows, a batch at a time until one comes back short."""
+        removed = 0
+        while True:
+            batch = await call(
+                DocumentActivities.purge_dead_chunks,
+                request,
+                summary=f"delete up to {request.batch_size} dead chunk rows",
+            )
+            removed += batch.removed
+            if batch.removed < request.batch_size:
+                return removed
+
+    async def _reclaim(self, request: CompactionInput, degradations: list[str]) -> int:
+        """Optimize the index, VACUUM, purge old transcripts: each only reclaims space, so a
+        failure is reported, not fatal. Returns the transcripts removed."""
+        await best_effort(
+            call(VectorIndexActivities.optimize_index, request, summary="optimize the index"),
+            degradations,
+            "optimize_skipped",
+            "optimizing the index failed",
+        )
+        await best_effort(
+            call(
+                DocumentActivities.vacuum_chunks,
+                request,
+                summary="VACUUM (ANALYZE) the chunk tables",
+            ),
+            degradations,
+            "vacuum_skipped",
+            "VACUUM failed",
+        )
+        # Runs recorded before transcripts existed replay without this step.
+        if not workflow.patched("purge-transcripts"):
+            return 0
+        purged = await best_effort(
+            call(
+                CostActivities.purge_transcripts,
+                request,
+                summary=f"delete transcripts older than {request.transcript_retention_days} days",
+            ),
+            degradations,
+            "transcripts_kept",
+            "purging old transcripts failed",
+        )
+        return purged.removed if purged else 0

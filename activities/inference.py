@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -45,11 +46,24 @@ class _Stream:
         await self.publisher.publish(TokenEvent(self.stream_id, self.part, delta, end))
 
 
-def observe_generation(result: Generation) -> None:
+def observe(step: str, result: Generation, trace_id: str = "") -> None:
+    """One generation in the metrics: the step's latency (with its trace id as the exemplar, where
+    there is one), the first token's latency and the tokens."""
+    exemplar = {"trace_id": trace_id[:64]} if trace_id else None
+    STEP_SECONDS.labels(step).observe(result.seconds, exemplar=exemplar)
     LLM_FIRST_TOKEN_SECONDS.labels(result.model).observe(result.first_token_seconds)
     LLM_TOKENS.labels(result.model, "prompt").inc(result.prompt_tokens)
     LLM_TOKENS.labels(result.model, "completion").inc(result.completion_tokens)
     LLM_GENERATION_TOKENS.labels(result.model).observe(result.completion_tokens)
+
+
+@contextlib.contextmanager
+def prompt_errors() -> Iterator[None]:
+    """A prompt over the model's context is the caller's error: typed, and never retried."""
+    try:
+        yield
+    except PromptTooLongError as exc:
+        raise ApplicationError(str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True) from exc
 
 
 class InferenceActivities:
@@ -90,34 +104,28 @@ class InferenceActivities:
             self.engine.generate(messages, request.max_tokens, request_id, progress)
         )
         try:
-            while not task.done():
-                activity.heartbeat(tokens)
-                if stream is not None:
-                    await stream.send(text)
-                    grew.clear()
-                    # Wake on new text, at most every STREAM_EVERY_SECONDS: tokens batch up.
-                    changed = asyncio.ensure_future(grew.wait())
-                    await asyncio.wait({task, changed}, timeout=HEARTBEAT_EVERY_SECONDS)
-                    changed.cancel()
-                    await asyncio.wait({task}, timeout=STREAM_EVERY_SECONDS)
-                else:
-                    await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
-            result = task.result()
+            with prompt_errors():
+                while not task.done():
+                    activity.heartbeat(tokens)
+                    if stream is not None:
+                        await stream.send(text)
+                        grew.clear()
+                        # Wake on new text, at most every STREAM_EVERY_SECONDS: tokens batch up.
+                        changed = asyncio.ensure_future(grew.wait())
+                        await asyncio.wait({task, changed}, timeout=HEARTBEAT_EVERY_SECONDS)
+                        changed.cancel()
+                        await asyncio.wait({task}, timeout=STREAM_EVERY_SECONDS)
+                    else:
+                        await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
+                result = task.result()
         except asyncio.CancelledError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             raise
-        except PromptTooLongError as exc:
-            raise ApplicationError(
-                str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
-            ) from exc
         if stream is not None:
             await stream.send(result.text, end=True)
-        STEP_SECONDS.labels("generate").observe(
-            result.seconds, exemplar={"trace_id": request.trace_id[:64]}
-        )
-        observe_generation(result)
+        observe("generate", result, request.trace_id)
         activity.logger.info(
             "generated %d tokens (prompt %d) with %s in %.2f s, first token after %.2f s",
             result.completion_tokens,
@@ -136,23 +144,25 @@ class InferenceActivities:
             first_token_seconds=result.first_token_seconds,
         )
 
+    async def _short(
+        self, step: str, messages: list[dict[str, str]], max_tokens: int, request_id: str
+    ) -> Generation:
+        """A short generation (a rewrite, a summary): a few tokens, so no heartbeat is needed; a
+        cancelled activity cancels the engine call, which aborts the request."""
+        with prompt_errors():
+            result = await self.engine.generate(messages, max_tokens, request_id)
+        observe(step, result)
+        return result
+
     @activity.defn
     async def rewrite_query(self, request: RewriteInput) -> RewriteOutput:
-        """Rewrite a question into a search query: a few tokens, so no heartbeat is needed; a
-        cancelled activity cancels the engine call, which aborts the request."""
+        """Rewrite a question into a search query."""
         messages = [
             {"role": "system", "content": REWRITE_PROMPT},
             {"role": "user", "content": request.question},
         ]
         request_id = f"{request.trace_id}-rewrite-{activity.info().attempt}"
-        try:
-            result = await self.engine.generate(messages, request.max_tokens, request_id)
-        except PromptTooLongError as exc:
-            raise ApplicationError(
-                str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
-            ) from exc
-        STEP_SECONDS.labels("rewrite").observe(result.seconds)
-        observe_generation(result)
+        result = await self._short("rewrite", messages, request.max_tokens, request_id)
         return RewriteOutput(
             query=clean_rewrite(result.text, request.question),
             model=result.model,
@@ -175,12 +185,5 @@ class InferenceActivities:
             },
         ]
         request_id = f"{request.trace_id}-summary-{activity.info().attempt}"
-        try:
-            result = await self.engine.generate(messages, request.max_tokens, request_id)
-        except PromptTooLongError as exc:
-            raise ApplicationError(
-                str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True
-            ) from exc
-        STEP_SECONDS.labels("summarize").observe(result.seconds)
-        observe_generation(result)
+        result = await self._short("summarize", messages, request.max_tokens, request_id)
         return SummarizeOutput(summary=result.text.strip(), model=result.model)

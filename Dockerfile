@@ -20,6 +20,24 @@ ARG CUDA_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu22.04
 ARG TORCH_VERSION=2.13.0
 
 # --------------------------------------------------------------------------------------------------
+# source: what both targets install, listed once
+# --------------------------------------------------------------------------------------------------
+FROM scratch AS source
+
+COPY pyproject.toml README.md alembic.ini /src/
+COPY cli/ /src/cli/
+COPY durable_rag/ /src/durable_rag/
+COPY gateway/ /src/gateway/
+COPY workers/ /src/workers/
+COPY evals/ /src/evals/
+COPY workflows/ /src/workflows/
+COPY activities/ /src/activities/
+COPY ragkit/ /src/ragkit/
+COPY schemas/ /src/schemas/
+COPY migrations/ /src/migrations/
+COPY corpus/ /src/corpus/
+
+# --------------------------------------------------------------------------------------------------
 # cpu
 # --------------------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS cpu
@@ -43,16 +61,7 @@ WORKDIR /app
 # does not pull the multi-GB CUDA build from PyPI.
 RUN pip install "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/cpu
 
-COPY pyproject.toml README.md alembic.ini ./
-COPY durable_rag/ durable_rag/
-COPY workflows/ workflows/
-COPY activities/ activities/
-COPY workers/ workers/
-COPY schemas/ schemas/
-COPY gateway/ gateway/
-COPY evals/ evals/
-COPY migrations/ migrations/
-COPY corpus/ corpus/
+COPY --from=source /src/ ./
 
 RUN pip install . \
     && durable-rag --help > /dev/null
@@ -97,16 +106,7 @@ RUN groupadd --system --gid 10001 app \
 
 WORKDIR /app
 
-COPY pyproject.toml README.md alembic.ini ./
-COPY durable_rag/ durable_rag/
-COPY workflows/ workflows/
-COPY activities/ activities/
-COPY workers/ workers/
-COPY schemas/ schemas/
-COPY gateway/ gateway/
-COPY evals/ evals/
-COPY migrations/ migrations/
-COPY corpus/ corpus/
+COPY --from=source /src/ ./
 
 # The gpu extra adds vLLM, which pins its own CUDA build of torch.
 RUN pip install ".[gpu]" \

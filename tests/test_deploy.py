@@ -204,6 +204,17 @@ def test_images_build_from_existing_dockerfile_targets(services: dict[str, dict[
         ).resolve() == DOCKERFILE
 
 
+def test_the_image_copies_every_package_the_project_installs() -> None:
+    """A package left out of the image's COPY list installs nothing and fails on import."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
+    copied = set(re.findall(r"(?m)^COPY\s+([A-Za-z0-9_]+)/\s", DOCKERFILE.read_text()))
+    assert packages, "found no packages in pyproject.toml: the scan is broken"
+    assert packages <= copied, f"not copied into the image: {sorted(packages - copied)}"
+
+
 def test_bind_mounted_deploy_files_exist(services: dict[str, dict[str, Any]]) -> None:
     for name, service in services.items():
         for volume in service.get("volumes", []):
@@ -407,7 +418,7 @@ def test_production_temporal_dispatches_as_fast_as_the_dev_server_is_told_to(
 ) -> None:
     """The dev server's DYNAMIC_CONFIG keys are set in the production dynamic config too, and
     the temporal service loads that file (bench/dispatch.py measures what the setting buys)."""
-    from durable_rag.stack import DYNAMIC_CONFIG
+    from durable_rag.stack.temporal import DYNAMIC_CONFIG
 
     temporal = services["temporal"]
     path = _environment(temporal)["DYNAMIC_CONFIG_FILE_PATH"]

@@ -34,7 +34,7 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
 from bench.load import percentile  # noqa: E402
-from durable_rag import stack  # noqa: E402
+from durable_rag.stack import process, temporal  # noqa: E402
 
 WARMUP = 5
 
@@ -58,8 +58,8 @@ class Chain:
 async def measure(dynamic_config: tuple[str, ...], workflows: int, steps: int) -> list[float]:
     """Milliseconds per workflow, on a fresh dev server with `dynamic_config`."""
     data = Path(tempfile.mkdtemp(prefix="dispatch-"))
-    server = stack.TemporalDevServer(
-        data, stack.free_port(), None, stack.free_port(), dynamic_config=dynamic_config
+    server = temporal.TemporalDevServer(
+        data, process.free_port(), None, process.free_port(), dynamic_config=dynamic_config
     )
     await asyncio.to_thread(server.start)
     try:
@@ -94,7 +94,7 @@ async def main() -> None:
     if args.workflows < 2 or args.activities < 1:
         parser.error("--workflows must be at least 2 and --activities at least 1")
 
-    configured = stack.DYNAMIC_CONFIG
+    configured = temporal.DYNAMIC_CONFIG
     variants = {"durable-rag dev server settings": configured, "dev server defaults": ()}
     rows = []
     for label, config in variants.items():

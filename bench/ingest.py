@@ -34,7 +34,9 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 from activities.vector_index import embedding_text  # noqa: E402
 from durable_rag.client import RagClient  # noqa: E402
-from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate  # noqa: E402
+from durable_rag.stack.postgres import EmbeddedPostgres, migrate  # noqa: E402
+from durable_rag.stack.process import free_port  # noqa: E402
+from durable_rag.stack.temporal import TemporalDevServer  # noqa: E402
 from ragkit import ids, parsing  # noqa: E402
 from ragkit.chunking import chunk_document  # noqa: E402
 from ragkit.db import make_sessionmaker  # noqa: E402

@@ -12,7 +12,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate
+from durable_rag.stack.postgres import EmbeddedPostgres, migrate
+from durable_rag.stack.process import free_port
+from durable_rag.stack.temporal import TemporalDevServer
 from ragkit.settings import Settings
 
 

@@ -25,18 +25,10 @@ from typing import Any
 import psutil
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from durable_rag.stack import (
-    EmbeddedPostgres,
-    Process,
-    TemporalDevServer,
-    free_port,
-    migrate,
-    port_in_use,
-    spawn_worker,
-    wait_worker_ready,
-    worker_process,
-    worker_queue,
-)
+from durable_rag.stack.postgres import EmbeddedPostgres, migrate
+from durable_rag.stack.process import Process, free_port, port_in_use
+from durable_rag.stack.temporal import TemporalDevServer
+from durable_rag.stack.workers import spawn_worker, wait_worker_ready, worker_process, worker_queue
 from ragkit import failpoints
 from ragkit.llm.models import resolve_generator
 from ragkit.settings import PACKAGED_SMOLLM2, Settings

@@ -31,7 +31,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from durable_rag.stack import EmbeddedPostgres, TemporalDevServer, free_port, migrate
+from durable_rag.stack.postgres import EmbeddedPostgres, migrate
+from durable_rag.stack.process import free_port
+from durable_rag.stack.temporal import TemporalDevServer
 from ragkit.db import make_sessionmaker
 from ragkit.embedding import Embedder, load_embedder
 from ragkit.index import VectorIndex, open_index

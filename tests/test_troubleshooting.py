@@ -336,7 +336,7 @@ def _all_options(command: Any) -> set[str]:
 
 
 def check_cli(text: str) -> tuple[list[str], list[str]]:
-    from durable_rag.stack import WORKER_KINDS
+    from durable_rag.stack.workers import WORKER_KINDS
 
     found, problems = [], []
     for match in CLI.finditer(text):
@@ -455,7 +455,8 @@ def check_assignments(text: str) -> tuple[list[str], list[str]]:
 @functools.cache
 def _runtime_files() -> dict[str, frozenset[str]]:
     """Names of the files the embedded stack writes under .data/logs and .data/run."""
-    from durable_rag.stack import WORKER_KINDS, TemporalDevServer, gateway_process, worker_process
+    from durable_rag.stack.temporal import TemporalDevServer
+    from durable_rag.stack.workers import WORKER_KINDS, gateway_process, worker_process
 
     data = Path(".data")
     processes = [worker_process(data, kind) for kind in WORKER_KINDS]

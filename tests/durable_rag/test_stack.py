@@ -14,14 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_rag.stack import (
-    EmbeddedStack,
-    Process,
-    StackError,
-    TemporalDevServer,
-    free_port,
-    pid_alive,
-)
+from durable_rag.stack import EmbeddedStack
+from durable_rag.stack.process import Process, StackError, free_port, pid_alive
+from durable_rag.stack.temporal import TemporalDevServer
 from ragkit.settings import Settings
 from tests.conftest import ROOT
 

@@ -25,7 +25,8 @@ import pytest
 import uvicorn
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from durable_rag.stack import TemporalDevServer, free_port
+from durable_rag.stack.process import free_port
+from durable_rag.stack.temporal import TemporalDevServer
 from gateway.app import create_app
 from ragkit.embedding import Embedder
 from ragkit.llm.engine import VllmEngine

@@ -10,7 +10,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine
 
-from durable_rag.stack import EmbeddedPostgres, migrate
+from durable_rag.stack.postgres import EmbeddedPostgres, migrate
 from ragkit.db import Base
 from tests.conftest import ROOT
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from durable_rag.stack import free_port
+from durable_rag.stack.process import free_port
 from ragkit.llm.engine import OpenAIEngine, PromptTooLongError
 from ragkit.llm.models import PACKAGED_SMOLLM2, resolve_generator
 from ragkit.settings import Settings

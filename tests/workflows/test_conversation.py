@@ -17,12 +17,9 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_rag.client import RagClient
-from durable_rag.stack import (
-    Process,
-    TemporalDevServer,
-    spawn_worker,
-    wait_worker_ready,
-)
+from durable_rag.stack.process import Process
+from durable_rag.stack.temporal import TemporalDevServer
+from durable_rag.stack.workers import spawn_worker, wait_worker_ready
 from ragkit.embedding import Embedder
 from ragkit.ids import conversation_workflow_id
 from ragkit.llm.engine import VllmEngine

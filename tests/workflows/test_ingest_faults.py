@@ -17,7 +17,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from durable_rag.client import RagClient
-from durable_rag.stack import Process, TemporalDevServer, free_port, spawn_worker, wait_worker_ready
+from durable_rag.stack.process import Process, free_port
+from durable_rag.stack.temporal import TemporalDevServer
+from durable_rag.stack.workers import spawn_worker, wait_worker_ready
 from ragkit.index import VectorIndex, open_index
 from ragkit.temporal import connect
 from schemas.ingest import IngestResult

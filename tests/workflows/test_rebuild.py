@@ -18,7 +18,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from durable_rag.client import RagClient
-from durable_rag.stack import Process, TemporalDevServer, spawn_worker, wait_worker_ready
+from durable_rag.stack.process import Process
+from durable_rag.stack.temporal import TemporalDevServer
+from durable_rag.stack.workers import spawn_worker, wait_worker_ready
 from ragkit.policies import PolicyTable
 from schemas.rebuild import (
     CopyChunksInput,

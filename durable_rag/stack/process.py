@@ -1,0 +1,146 @@
+"""Detached child processes tracked by PID files: start, health, stop by PID (and what a crashed
+one left behind in its process group)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class StackError(RuntimeError):
+    """A part of the embedded stack cannot start or be reached: the message says why."""
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child counts as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return "(no log)"
+    return "\n".join("    " + line for line in text)
+
+
+def venv_bin(name: str) -> str:
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    raise StackError(f"{name} not found next to {sys.executable}: run `make venv` first")
+
+
+@dataclass
+class Process:
+    """A detached child process tracked by a PID file."""
+
+    name: str
+    pid_file: Path
+    log_file: Path
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def running(self) -> bool:
+        return pid_alive(self.pid())
+
+    def spawn(
+        self, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> int:
+        if not pid_alive(self.pid()):
+            _kill_group(self.pid())
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,  # survives the launcher; stopped by PID
+            )
+        self.pid_file.write_text(str(proc.pid))
+        return proc.pid
+
+    def stop(self, timeout: float = 20.0, sig: int = signal.SIGTERM) -> bool:
+        pid = self.pid()
+        if not pid_alive(pid):
+            _kill_group(pid)  # what a crashed process left behind
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        assert pid is not None
+        os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and pid_alive(pid):
+            _reap(pid)
+            time.sleep(0.1)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                _reap(pid)
+                time.sleep(0.05)
+        _reap(pid)
+        _kill_group(pid)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.stop(timeout=0.0, sig=signal.SIGKILL)
+
+    def fail(self, what: str) -> StackError:
+        return StackError(
+            f"{self.name} {what}. Last lines of {self.log_file}:\n{tail(self.log_file)}"
+        )
+
+
+def _kill_group(pid: int | None) -> None:
+    """SIGKILL what is left of the process group `pid` led (parts start in a session of their
+    own). A worker that crashed leaves its children: vLLM's engine core and workers outlive a
+    SIGKILLed LLM worker, holding GBs of memory (or a GPU) until someone stops them. The leader is
+    dead here, so the group can only hold its orphans."""
+    if pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)

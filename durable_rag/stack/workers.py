@@ -1,0 +1,89 @@
+"""The embedded stack's worker and gateway processes: where each runs from, its PID and log files,
+and when it counts as ready (it polls its task queue; the gateway answers /healthz)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from temporalio.client import Client
+
+from durable_rag.stack.process import Process
+from ragkit.policies import llm_queue
+from ragkit.settings import Settings
+from ragkit.temporal import queue_has_poller
+
+# The checkout the processes run from (python -m workers.<kind>, python -m gateway).
+ROOT = Path(__file__).resolve().parents[2]
+
+WORKER_KINDS = ("orchestrator", "index", "llm")
+
+
+def worker_process(data_dir: Path, kind: str) -> Process:
+    return Process(
+        f"{kind} worker",
+        data_dir / "run" / f"worker-{kind}.pid",
+        data_dir / "logs" / f"worker-{kind}.log",
+    )
+
+
+def spawn_worker(data_dir: Path, kind: str, env: dict[str, str] | None = None) -> Process:
+    process = worker_process(data_dir, kind)
+    process.spawn([sys.executable, "-m", f"workers.{kind}"], env=env, cwd=ROOT)
+    return process
+
+
+async def _queue_has_poller(address: str, namespace: str, queue: str, pid: int) -> bool:
+    try:
+        client = await asyncio.wait_for(Client.connect(address, namespace=namespace), timeout=2)
+        return await queue_has_poller(client, queue, pid)
+    except Exception:  # the server is not up yet: not ready
+        return False
+
+
+def wait_worker_ready(
+    process: Process, address: str, namespace: str, queue: str, timeout: float = 180.0
+) -> None:
+    """Ready means: this process polls its task queue (it polls only once its model is loaded)."""
+    pid = process.pid()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process.running():
+            raise process.fail("exited while starting")
+        if pid and asyncio.run(_queue_has_poller(address, namespace, queue, pid)):
+            return
+        time.sleep(0.5)
+    raise process.fail(f"did not poll task queue {queue!r} within {timeout:.0f}s")
+
+
+def gateway_process(data_dir: Path) -> Process:
+    return Process("gateway", data_dir / "run" / "gateway.pid", data_dir / "logs" / "gateway.log")
+
+
+def wait_gateway_ready(process: Process, port: int, timeout: float = 60.0) -> None:
+    """Ready means: /healthz answers (readiness of the workers is /readyz's business)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process.running():
+            raise process.fail("exited while starting")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    raise process.fail(f"did not answer /healthz on port {port} within {timeout:.0f}s")
+
+
+def worker_queue(settings: Settings, kind: str) -> str:
+    """The task queue a worker of `kind` (one of WORKER_KINDS) polls."""
+    return {
+        "orchestrator": settings.temporal.workflow_task_queue,
+        "index": settings.temporal.index_task_queue,
+        "llm": llm_queue(settings.llm.name),
+    }[kind]

@@ -227,8 +227,10 @@ def label_values() -> dict[tuple[str, str], frozenset[str]]:
     from ragkit import policies
     from schemas.answer import Answer
 
-    gateway = (ROOT / "gateway" / "app.py").read_text()
-    routes = frozenset(re.findall(r'@app\.(?:get|post|put|delete|patch)\(\s*"([^"]+)"', gateway))
+    gateway = "\n".join(p.read_text() for p in sorted((ROOT / "gateway").rglob("*.py")))
+    routes = frozenset(
+        re.findall(r'@(?:app|router)\.(?:get|post|put|delete|patch)\(\s*"([^"]+)"', gateway)
+    )
     jobs = frozenset(
         job["job_name"] for job in yaml.safe_load(PROMETHEUS_CONFIG.read_text())["scrape_configs"]
     )

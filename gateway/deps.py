@@ -1,0 +1,67 @@
+"""What endpoints depend on, as `Annotated[..., Depends(...)]` aliases: the shared state that
+`create_app` puts on `app.state`, and the tenant an API key authenticates."""
+
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException, Request
+from sqlalchemy.orm import Session, sessionmaker
+
+from durable_rag.client import RagClient
+from ragkit.settings import Settings
+from ragkit.store import keys
+from ragkit.streaming import TokenListener
+
+
+async def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+async def get_rag(request: Request) -> RagClient:
+    # Set by create_app, or by the lifespan when create_app was not given one.
+    rag: RagClient = request.app.state.rag
+    return rag
+
+
+async def get_sessions(request: Request) -> sessionmaker[Session]:
+    sessions: sessionmaker[Session] = request.app.state.sessions
+    return sessions
+
+
+async def get_listener(request: Request) -> TokenListener:
+    listener: TokenListener = request.app.state.token_listener
+    return listener
+
+
+AppSettings = Annotated[Settings, Depends(get_settings)]
+Rag = Annotated[RagClient, Depends(get_rag)]
+Sessions = Annotated[sessionmaker[Session], Depends(get_sessions)]
+Listener = Annotated[TokenListener, Depends(get_listener)]
+
+
+def authenticated_tenant(
+    settings: AppSettings,
+    sessions: Sessions,
+    authorization: Annotated[str | None, Header()] = None,
+    x_api_key: Annotated[str | None, Header()] = None,
+) -> str:
+    """The tenant of the request's API key; with auth off, the default tenant. A plain `def`:
+    FastAPI runs it in a thread, off the event loop, since the key lookup is a blocking query."""
+    if not settings.gateway.auth:
+        return settings.default_tenant
+    key = x_api_key
+    if key is None and authorization and authorization.lower().startswith("bearer "):
+        key = authorization[7:].strip()
+    if not key:
+        raise HTTPException(
+            401,
+            "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    found = keys.tenant_for(sessions, key)
+    if found is None:
+        raise HTTPException(401, "invalid or revoked API key")
+    return found
+
+
+Tenant = Annotated[str, Depends(authenticated_tenant)]

@@ -1,0 +1,103 @@
+"""The gateway's ASGI middlewares: the request id (with the access log line and the HTTP
+metrics) and the request body limit. `create_app` wraps the FastAPI app in both."""
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from ragkit.logs import TRACE_ID
+from ragkit.metrics import HTTP_REQUESTS, HTTP_SECONDS
+
+log = logging.getLogger("durable_rag.gateway")
+REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class RequestId:
+    """X-Request-ID in (or a new one), on the response, in the trace id of every log line of
+    the request, and one access log line at the end. Plain ASGI: a streamed response passes
+    through untouched, and a client's disconnect reaches the endpoint."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        token = TRACE_ID.set(request_id)
+        started, status = time.perf_counter(), 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request_id.encode()),
+                ]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            seconds = time.perf_counter() - started
+            # The route's template, not the path: labels stay bounded (no ids in them).
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            HTTP_REQUESTS.labels(route, scope["method"], str(status or 0)).inc()
+            # The trace id rides as an exemplar (OpenMetrics), never as a label.
+            HTTP_SECONDS.labels(route).observe(seconds, exemplar={"trace_id": request_id[:64]})
+            log.info(
+                "%s %s %s %.0f ms", scope["method"], scope["path"], status or "-", seconds * 1000
+            )
+            TRACE_ID.reset(token)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """413 for a body over the limit, whether it declares its length or streams chunks."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = JSONResponse(
+            {"detail": f"request body is over the limit of {self.limit} bytes"}, status_code=413
+        )
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await too_large(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await too_large(scope, receive, send)

@@ -1,0 +1,84 @@
+"""Documents: ingest one (as text, or an uploaded file) and delete one. Ingestion is accepted
+(202) and runs as a workflow; a delete returns once no retrieval path sees the document."""
+
+import asyncio
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, Header, HTTPException, UploadFile
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from durable_rag.client import IdempotencyConflict, RagClient, failure_cause
+from gateway.deps import AppSettings, Rag, Tenant
+from gateway.errors import http_error
+from ragkit import policies
+from schemas.documents import DocumentDeleted
+from schemas.gateway import DocumentAccepted, DocumentBody
+
+router = APIRouter()
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        pattern=r"^[A-Za-z0-9_.:-]{1,128}$",
+        description="A retried POST with the same key starts nothing new.",
+    ),
+]
+
+
+@router.post("/v1/documents", response_model=DocumentAccepted, status_code=202)
+async def post_document(
+    body: DocumentBody, tenant: Tenant, rag: Rag, idempotency_key: IdempotencyKey = None
+) -> DocumentAccepted:
+    """Ingest a document sent as text. The name is its identity: the same name again
+    replaces it. With an `Idempotency-Key`, a retried POST starts nothing new."""
+    return await accept_document(rag, tenant, body.name, body.text.encode(), idempotency_key)
+
+
+@router.post("/v1/documents/upload", response_model=DocumentAccepted, status_code=202)
+async def upload_document(
+    file: Annotated[UploadFile, File(description="A .md, .txt or .html file.")],
+    tenant: Tenant,
+    rag: Rag,
+    idempotency_key: IdempotencyKey = None,
+    name: Annotated[str | None, Form(max_length=200)] = None,
+) -> DocumentAccepted:
+    """Ingest an uploaded file (multipart/form-data, field `file`; `name` overrides the
+    file's name)."""
+    data = await file.read()
+    try:
+        checked = DocumentBody(name=name or file.filename or "", text="-")
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    if not data:
+        raise HTTPException(422, "the uploaded file is empty")
+    return await accept_document(rag, tenant, checked.name, data, idempotency_key)
+
+
+async def accept_document(
+    rag: RagClient, tenant: str, name: str, data: bytes, idempotency_key: str | None
+) -> DocumentAccepted:
+    try:
+        return await rag.ingest_document(tenant, name, data, idempotency_key)
+    except IdempotencyConflict as exc:
+        raise HTTPException(409, str(exc)) from exc
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+
+
+@router.delete("/v1/documents/{document_id}", response_model=DocumentDeleted)
+async def delete_document(
+    document_id: uuid.UUID, tenant: Tenant, rag: Rag, settings: AppSettings
+) -> DocumentDeleted:
+    """Delete a document: from the moment this returns, no retrieval path sees it."""
+    timeout = settings.gateway.request_timeout_seconds
+    try:
+        return await asyncio.wait_for(rag.delete_document(document_id, tenant), timeout=timeout)
+    except TimeoutError as exc:
+        raise HTTPException(504, f"the delete did not finish within {timeout:g} s") from exc
+    except WorkflowFailureError as exc:
+        cause = failure_cause(exc)
+        if isinstance(cause, ApplicationError) and cause.type == policies.NOT_FOUND:
+            raise HTTPException(404, f"no document {document_id}") from exc
+        raise http_error(exc) from exc

@@ -1,0 +1,99 @@
+"""OpenAI compatibility: `/v1/models` and `/v1/chat/completions` (plain or streamed), answered
+by the answer flow. The request and response shapes are `gateway.openai_compat`'s."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from sse_starlette import EventSourceResponse
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+
+from gateway import openai_compat
+from gateway.answering import cancel_later, finish_answer, start_answer, start_streamed_answer
+from gateway.deps import AppSettings, Listener, Rag, Tenant
+from gateway.errors import http_error
+from gateway.streams import Reset, Token, relay
+from ragkit.streaming import TokenListener
+from schemas.answer import Answer
+from schemas.gateway import ChatCompletionBody
+
+router = APIRouter()
+
+
+@router.get("/v1/models")
+async def models(_: Tenant, settings: AppSettings) -> dict[str, Any]:
+    return openai_compat.model_list(settings)
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def chat_completions(
+    body: ChatCompletionBody,
+    request: Request,
+    tenant: Tenant,
+    rag: Rag,
+    listener: Listener,
+    settings: AppSettings,
+) -> dict[str, Any] | EventSourceResponse:
+    """OpenAI's chat completions, answered with retrieval: the last message is the
+    question, earlier user and assistant messages are the conversation so far. The answer's
+    citations come as an extra `citations` field."""
+    try:
+        model = openai_compat.resolve_model(body.model, settings)
+        ask_request, history = openai_compat.to_ask(
+            body, tenant, model, settings.conversation.history_tokens
+        )
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    trace_id = request.state.request_id
+    timeout = settings.gateway.request_timeout_seconds
+    if not body.stream:
+        handle = await start_answer(rag, ask_request, trace_id, history=history)
+        return openai_compat.completion(await finish_answer(handle, timeout), body.model)
+    handle, stream_id, queue = await start_streamed_answer(
+        rag, listener, ask_request, trace_id, history
+    )
+    return EventSourceResponse(chunks(handle, body, stream_id, queue, listener, timeout))
+
+
+async def chunks(
+    handle: WorkflowHandle[Any, Answer],
+    body: ChatCompletionBody,
+    stream_id: str,
+    queue: asyncio.Queue[Any],
+    listener: TokenListener,
+    timeout: float,
+) -> AsyncIterator[dict[str, str]]:
+    """`chat.completion.chunk` events, then `[DONE]`. A client that leaves cancels the
+    workflow."""
+    chunker = openai_compat.Chunker(handle.id, body.model)
+    result = asyncio.ensure_future(handle.result())
+    closed = False
+    try:
+        yield {"data": chunker.first()}
+        async for item in relay(queue, result, timeout):
+            if isinstance(item, Token):
+                yield {"data": chunker.text(item.text)}
+            elif isinstance(item, Reset):
+                chunker.reset()
+        answer = result.result()
+        closed = True
+        for data in chunker.finish(
+            answer,
+            include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        ):
+            yield {"data": data}
+    except TimeoutError:
+        yield {"data": openai_compat.error(504, f"no answer within {timeout:g} s")}
+    except WorkflowFailureError as exc:
+        closed = True
+        error = http_error(exc)
+        yield {"data": openai_compat.error(error.status_code, str(error.detail))}
+    finally:
+        listener.close_stream(stream_id)
+        result.cancel()
+        if not closed:
+            cancel_later(handle, "the client left or the answer timed out")
+    yield {"data": "[DONE]"}

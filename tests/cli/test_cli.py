@@ -48,7 +48,7 @@ def test_invalid_settings_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unreachable_temporal_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from durable_rag.stack import free_port
+    from durable_rag.stack.process import free_port
 
     monkeypatch.setenv("DURABLE_RAG_TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")
     result = runner.invoke(app, ["search", "hello"])
@@ -61,12 +61,12 @@ def test_document_text_is_printed_as_text_never_as_markup(
 ) -> None:
     """Passages and answers quote documents: `arr[i]` or `[/x]` in them is text (Rich markup
     would drop the first and crash on the second, after the answer was paid for)."""
-    import cli
+    from cli import answers
     from schemas.answer import Answer
 
     answer = Answer.model_construct(
         answer="use arr[i] and [/x] and [bold]", citations=[], degradations=["[/y] skipped"]
     )
-    cli._print_answer_body(answer)
+    answers._print_answer_body(answer)
     out = capsys.readouterr().out
     assert "arr[i]" in out and "[/x]" in out and "[bold]" in out and "[/y] skipped" in out

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from typer.testing import CliRunner
 
 from cli import app
-from durable_rag.stack import free_port
+from durable_rag.stack.process import free_port
 from evals.answers import SETS
 from schemas.answer import AskRequest
 from schemas.common import TenantId

@@ -1,0 +1,5 @@
+"""`python -m cli`: the same as the `durable-rag` console script."""
+
+from cli import main
+
+main()

@@ -1,0 +1,111 @@
+"""What every command shares: the consoles, settings, error exits, tenant checks, the Temporal
+connection, the database sessions and links to the Temporal UI."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from temporalio.exceptions import ApplicationError
+
+from ragkit.settings import Settings
+from schemas.common import Contract, TenantId
+
+if TYPE_CHECKING:
+    from durable_rag.client import RagClient
+
+console = Console()
+err = Console(stderr=True)
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        usage_error(f"invalid settings:\n{exc}")
+
+
+# Messages quote what the user typed: escaped, or `delete "[/x]"` is a Rich MarkupError.
+def usage_error(message: str) -> NoReturn:
+    err.print(f"[red]error:[/red] {escape(message)}")
+    raise typer.Exit(2)
+
+
+def fail(message: str) -> NoReturn:
+    err.print(f"[red]error:[/red] {escape(message)}")
+    raise typer.Exit(1)
+
+
+def print_degradations(notes: Iterable[str]) -> None:
+    for note in notes:
+        console.print(f"  [yellow]degraded[/yellow] {escape(note)}")
+
+
+def exists(path: Path, folder: bool = False) -> bool:
+    """Path.exists (or is_dir), but no for a name the OS refuses (too long, no access): those
+    raise OSError, which was a traceback for `ingest` of a 9000-character path."""
+    try:
+        return path.is_dir() if folder else path.exists()
+    except OSError:
+        return False
+
+
+class _Tenant(Contract):
+    tenant: TenantId
+
+
+def check_tenant(tenant: str | None) -> None:
+    """Refuse a malformed tenant before connecting to anything (empty: the default one)."""
+    if tenant:
+        require_tenant(tenant)
+
+
+def require_tenant(tenant: str) -> None:
+    """Refuse a malformed tenant, the empty one included."""
+    try:
+        _Tenant(tenant=tenant)
+    except ValidationError as exc:
+        usage_error(first_error(exc))
+
+
+def ui_link(settings: Settings, workflow_id: str) -> str:
+    return f"{settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows/{workflow_id}"
+
+
+def first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"])
+    return f"{where}: {first['msg']}"
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost failure of a workflow error, as `Type: message`."""
+    from durable_rag.client import failure_cause  # lazy: temporalio's client and the workflows
+
+    cause = failure_cause(exc)
+    if isinstance(cause, ApplicationError):
+        return f"{cause.type}: {cause.message}"
+    return str(cause)
+
+
+async def connect(settings: Settings) -> RagClient:
+    from durable_rag.client import RagClient  # lazy: temporalio's client and the workflows
+
+    try:
+        return await RagClient.connect(settings)
+    except RuntimeError as exc:
+        fail(
+            f"cannot reach Temporal at {settings.temporal.address} ({exc}); "
+            "is the stack up? run `durable-rag up`"
+        )
+
+
+def db_sessions(settings: Settings) -> Any:
+    from ragkit.db import make_sessionmaker  # lazy: SQLAlchemy, 0.2 s
+
+    return make_sessionmaker(settings.postgres.sqlalchemy_url)

@@ -7,7 +7,7 @@ flows do: the orchestrator runs the workflow, the index and LLM workers the acti
 else runs, so its duration is the server's dispatch: each activity is two trips through the
 history shard's transfer queue (the activity task, then the next workflow task). Two dev servers
 are started, one after the other, each on a fresh SQLite file: one as `durable-rag up` starts it
-(`durable_rag/stack.py`: SQLITE_PRAGMAS and DYNAMIC_CONFIG), one with the server's own dynamic
+(`durable_rag/stack/temporal.py`: SQLITE_PRAGMAS and DYNAMIC_CONFIG), one with the server's own dynamic
 config. Prints P50/P99 per workflow and per activity for both, and their ratio.
 """
 

@@ -20,7 +20,7 @@ import asyncio
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         RecordShadowInput,
         RerankInput,
         RewriteInput,
+        RewriteOutput,
         StepCost,
         StoreAnswerInput,
         TokenCounts,
@@ -157,6 +158,20 @@ class AnswerWorkflow:
             request, plan, query, found, reranked, context, reply, generated, cost, choice
         )
 
+    def _spent(
+        self, step: Literal["rewrite", "generate"], output: RewriteOutput | GenerateOutput
+    ) -> None:
+        """What a model's step cost, for the answer's cost (R26)."""
+        self.steps.append(
+            StepCost(
+                step=step,
+                model=output.model,
+                seconds=output.seconds,
+                prompt_tokens=output.prompt_tokens,
+                completion_tokens=output.completion_tokens,
+            )
+        )
+
     def _lap(self, step: str) -> None:
         """The time since the previous step, as this step's latency."""
         now = workflow.time()
@@ -223,15 +238,7 @@ class AnswerWorkflow:
                 "LLM query rewrite failed, rules used",
             )
             if rewritten is not None:
-                self.steps.append(
-                    StepCost(
-                        step="rewrite",
-                        model=rewritten.model,
-                        seconds=rewritten.seconds,
-                        prompt_tokens=rewritten.prompt_tokens,
-                        completion_tokens=rewritten.completion_tokens,
-                    )
-                )
+                self._spent("rewrite", rewritten)
                 rules_query = rewritten.query
         self._lap("rewrite")
         return rules_query
@@ -496,15 +503,7 @@ class AnswerWorkflow:
     def _cost(self, generated: GenerateOutput | None) -> AnswerCost:
         """Engine seconds and tokens per step (R26); the query's embedding apart."""
         if generated is not None:
-            self.steps.append(
-                StepCost(
-                    step="generate",
-                    model=generated.model,
-                    seconds=generated.seconds,
-                    prompt_tokens=generated.prompt_tokens,
-                    completion_tokens=generated.completion_tokens,
-                )
-            )
+            self._spent("generate", generated)
         steps = self.steps
         return AnswerCost(
             engine_seconds=round(sum(s.seconds for s in steps if s.step != "embed_query"), 4),

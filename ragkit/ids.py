@@ -89,6 +89,11 @@ def turn_answer_workflow_id(conversation_workflow: str, ordinal: int) -> str:
     return f"answer-{conversation_workflow}-{ordinal}"
 
 
+def summary_trace_id(conversation_workflow: str, through_ordinal: int) -> str:
+    """The engine request that folds a conversation's turns up to `through_ordinal`."""
+    return f"{conversation_workflow}-{through_ordinal}"
+
+
 def delete_workflow_id(ref: DocumentRef) -> str:
     return f"delete-{ref.tenant}-{ref.document_id}"
 

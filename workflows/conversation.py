@@ -301,7 +301,7 @@ class ConversationWorkflow:
             folded = await call(
                 InferenceActivities.summarize,
                 SummarizeInput(
-                    trace_id=f"{self.workflow_id}-{fold[-1].ordinal}",
+                    trace_id=ids.summary_trace_id(self.workflow_id, fold[-1].ordinal),
                     previous_summary=self.summary,
                     turns=fold,
                     max_tokens=max(16, model_tokens),

@@ -3,6 +3,7 @@ enforces, and every path, module and name it mentions exists."""
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -102,3 +103,18 @@ def test_the_checks_reject_what_does_not_exist() -> None:
     assert not path_exists("ragkit/retrieval.no_such_function")
     assert not name_exists("ragkit.policies.NoSuchTable")
     assert path_exists("ragkit/prompts/<id>.toml") and name_exists("workflows.calls.call")
+
+
+def test_no_function_in_workflows_or_the_gateway_needs_scrolling() -> None:
+    """A flow reads in one place: `run` lists the steps, each step is a method that fits a screen."""
+    measured, long = 0, []
+    for folder in ("workflows", "gateway"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    measured += 1
+                    lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if lines > 80:
+                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines}")
+    assert measured > 100, measured  # the scan works
+    assert long == [], long

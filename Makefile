@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM := false
 # vLLM leaves sockets and compiled kernels in these; keep them inside the checkout.
 export VLLM_CACHE_ROOT := $(CURDIR)/.data/vllm-cache
 
-.PHONY: venv demo test test-fast lint typecheck up down status bench faults soak eval clean
+.PHONY: venv demo test test-fast lint typecheck up down status bench serving faults soak eval clean
 
 venv: $(STAMP)
 
@@ -59,11 +59,17 @@ down: venv
 status: venv
 	$(BIN)/durable-rag status
 
-# Every benchmark, each in its own process, composed into BENCHMARKS.md (~10 min on 2 CPUs).
+# Every benchmark, each in its own process, composed into BENCHMARKS.md (~25 min on 2 CPUs).
 bench: venv
 	$(BIN)/python bench/report.py
 
-# The whole fault matrix (8 faults on a stack of real processes, ~10 min); CI runs a subset.
+# The serving figures alone (answer overhead, first token over SSE, search under ingest, 50
+# concurrent streams; ~15 min on 2 CPUs). REQUESTS=30 for a quicker, noisier run.
+REQUESTS ?= 100
+serving: venv
+	$(BIN)/python bench/serving.py --requests $(REQUESTS)
+
+# The whole fault matrix (9 faults on a stack of real processes, ~12 min); CI runs a subset.
 faults: venv
 	$(BIN)/python bench/faults.py
 

@@ -39,11 +39,13 @@ class _Stream:
         self.publisher, self.stream_id, self.part = publisher, stream_id, part
         self.sent = 0
 
-    async def send(self, text: str, end: bool = False) -> None:
+    async def send(self, text: str, end: bool = False) -> bool:
+        """Publish what is new; False when there was nothing to send."""
         if len(text) <= self.sent and not end:
-            return
+            return False
         delta, self.sent = text[self.sent :], max(self.sent, len(text))
         await self.publisher.publish(TokenEvent(self.stream_id, self.part, delta, end))
+        return True
 
 
 def observe(step: str, result: Generation, trace_id: str = "") -> None:
@@ -108,13 +110,19 @@ class InferenceActivities:
                 while not task.done():
                     activity.heartbeat(tokens)
                     if stream is not None:
-                        await stream.send(text)
+                        if await stream.send(text):
+                            # Tokens batch up for STREAM_EVERY_SECONDS after each send; the
+                            # first token goes out as soon as it exists (time to first token).
+                            await asyncio.wait({task}, timeout=STREAM_EVERY_SECONDS)
+                            continue
                         grew.clear()
-                        # Wake on new text, at most every STREAM_EVERY_SECONDS: tokens batch up.
                         changed = asyncio.ensure_future(grew.wait())
-                        await asyncio.wait({task, changed}, timeout=HEARTBEAT_EVERY_SECONDS)
+                        await asyncio.wait(
+                            {task, changed},
+                            timeout=HEARTBEAT_EVERY_SECONDS,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
                         changed.cancel()
-                        await asyncio.wait({task}, timeout=STREAM_EVERY_SECONDS)
                     else:
                         await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
                 result = task.result()
@@ -185,5 +193,18 @@ class InferenceActivities:
             },
         ]
         request_id = f"{request.trace_id}-summary-{activity.info().attempt}"
-        result = await self._short("summarize", messages, request.max_tokens, request_id)
+        task = asyncio.ensure_future(self.engine.generate(messages, request.max_tokens, request_id))
+        try:
+            with prompt_errors():
+                # Heartbeats while it runs: a summary on a busy CPU may take minutes.
+                while not task.done():
+                    activity.heartbeat()
+                    await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS * 5)
+                result = task.result()
+        except asyncio.CancelledError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise
+        observe("summarize", result)
         return SummarizeOutput(summary=result.text.strip(), model=result.model)

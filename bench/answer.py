@@ -31,7 +31,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 from activities.documents import DocumentActivities  # noqa: E402
 from activities.vector_index import VectorIndexActivities  # noqa: E402
 from bench.load import QUESTIONS, SEED_DOCUMENTS, percentile  # noqa: E402
-from bench.services import bench_services  # noqa: E402
+from bench.services import bench_services, local_workers, running  # noqa: E402
 from durable_rag.client import RagClient  # noqa: E402
 from ragkit.db import make_sessionmaker  # noqa: E402
 from ragkit.embedding import load_embedder  # noqa: E402
@@ -51,9 +51,7 @@ from ragkit.settings import PACKAGED_MINILM  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
 from schemas.answer import AskRequest  # noqa: E402
 from schemas.search import DenseSearchInput, HydrateInput, KeywordSearchInput, VectorHit  # noqa: E402
-from workers import index as index_worker  # noqa: E402
 from workers import llm as llm_worker  # noqa: E402
-from workers import orchestrator  # noqa: E402
 
 
 async def main_async(requests: int, max_tokens: int, json_path: Path | None = None) -> None:
@@ -135,11 +133,10 @@ async def main_async(requests: int, max_tokens: int, json_path: Path | None = No
 
         with ThreadPoolExecutor(8) as executor:
             workers = [
-                orchestrator.build_worker(client, settings, sessions, embedder.tokenizer, executor),
-                index_worker.build_worker(client, settings, index, embedder, sessions, executor),
+                *local_workers(client, settings, sessions, index, embedder, executor),
                 llm_worker.build_worker(client, settings, engine),
             ]
-            async with workers[0], workers[1], workers[2]:
+            async with running(workers):
                 result = await rag.ingest([str(corpus)])
                 assert not result.failures
                 plain_ms: list[float] = []

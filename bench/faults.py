@@ -6,13 +6,15 @@ that nothing was lost or duplicated and no workflow was left running.
 
 Every part is a real process (bench/stack.py). For each fault, in turn, on a tenant of its own:
 seed five documents; start the load (two clients asking, one ingesting a new document at a time,
-one conversation; bench/load.py); inject the fault; keep it for `--window` seconds; heal it; stop
-the load and let every request finish. Then count, from Postgres: documents the load was told
+one conversation; bench/load.py); inject the fault (some wait for a moment: a process killed while
+an answer is inside its retrieval); keep it for `--window` seconds; heal it; stop the load and let
+every request finish. Then count, from Postgres: documents the load was told
 are ingested but are not active, active documents without chunks, answered turns not stored, and
 anything stored twice; and, at the end (when the index worker has let go of the embedded index),
 chunks missing from the index and points with no active chunk behind them. Prints the table
-fault | requests | failed | degraded | lost | duplicated | left running, and exits 1 if a request
-failed or anything was lost, duplicated or left running.
+fault | requests | failed | degraded | lost | duplicated | left running, with the degraded requests
+by kind (the fallback each took, bench/load.degradation_kinds), and exits 1 if a request failed or
+anything was lost, duplicated or left running.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,17 +33,30 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+from temporalio.service import RPCError  # noqa: E402
+
 from bench.load import (  # noqa: E402
     MixedLoad,
+    Outcome,
+    format_kinds,
     latency_summary,
     running_workflows,
     verify_index,
     verify_postgres,
 )
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
+from ragkit import ids  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
 
 EMBEDDING_DIMENSION = 384  # the packaged MiniLM the index worker loads
+SLOW_SECONDS = 60.0  # a request slower than this is named in the row, with what ran again
+
+
+# Waits, with the load running, for the moment a fault must strike; returns the workflows that
+# are then inside the step the fault is aimed at.
+Moment = Callable[[MixedLoad, Client], Awaitable[list[str]]]
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,10 @@ class Fault:
     # An outage lasts the window before it heals; a restart heals at once (what takes time is
     # the restart itself) and the load goes on through the window.
     outage: bool = True
+    # Before the fault: what makes the step it is aimed at last (a failpoint delay); then the
+    # moment to strike. None: at once.
+    prepare: Callable[[ProcessStack], object] | None = None
+    moment: Moment | None = None
 
 
 def _kill_workers(stack: ProcessStack) -> None:
@@ -70,6 +89,94 @@ def _failpoint(points: dict[str, dict[str, object]]) -> Callable[[ProcessStack],
 
 def _clear(stack: ProcessStack) -> None:
     stack.set_failpoints({})
+
+
+def _restart_orchestrator(stack: ProcessStack) -> None:
+    stack.start_worker("orchestrator")
+    _clear(stack)
+
+
+# How long the live vector search (`search_vectors`, a local activity with a 2 s start-to-close)
+# takes while the orchestrator is to be killed inside it: long enough to be caught in, short
+# enough to succeed when it runs again.
+RETRIEVAL_DELAY = 1.2
+
+
+async def _event_types(client: Client, workflow_id: str) -> list[EventType.ValueType]:
+    handle = client.get_workflow_handle(workflow_id)
+    return [e.event_type async for e in handle.fetch_history_events()]
+
+
+async def answers_in_retrieval(load: MixedLoad, client: Client, wait: float = 60.0) -> list[str]:
+    """Wait until answers of the load are inside their retrieval, and return their workflow ids.
+    Inside: the answer's first workflow task has started and not completed (retrieval and
+    hydration are local activities, run within it; generation, the first remote step, ends it),
+    and the answer was asked less than RETRIEVAL_DELAY - 0.2 s ago, so its vector search still
+    has that long to run. None within `wait`: [] (the fault strikes anyway; the row says so)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        inside: list[str] = []
+        for trace_id, asked in list(load.in_flight.items()):
+            if now - asked >= RETRIEVAL_DELAY - 0.2:
+                continue
+            workflow_id = ids.answer_workflow_id(trace_id)
+            try:
+                events = await _event_types(client, workflow_id)
+            except RPCError:  # not started yet
+                continue
+            if (
+                events
+                and events[-1] == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+                and EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED not in events
+            ):
+                inside.append(workflow_id)
+        if inside:
+            return inside
+        await asyncio.sleep(0.05)
+    return []
+
+
+async def retried_activities(client: Client, workflow_id: str) -> list[str]:
+    """The activities of a workflow that ran more than once, with why the attempt before failed
+    (a start-to-close timeout after a worker died, a dropped connection)."""
+    names: dict[int, str] = {}
+    found: list[str] = []
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            names[event.event_id] = (
+                event.activity_task_scheduled_event_attributes.activity_type.name
+            )
+        elif event.HasField("activity_task_started_event_attributes"):
+            started = event.activity_task_started_event_attributes
+            if started.attempt > 1:
+                found.append(
+                    f"{names.get(started.scheduled_event_id, '?')} attempt {started.attempt} "
+                    f"after {started.last_failure.message[:80]!r}"
+                )
+    return found
+
+
+async def slowest(client: Client, outcomes: list[Outcome]) -> list[str]:
+    """The slowest request, when it took over SLOW_SECONDS, and what in it ran again."""
+    done = [o for o in outcomes if o.status != "failed" and o.workflow_id]
+    worst = max(done, key=lambda o: o.seconds, default=None)
+    if worst is None or worst.seconds < SLOW_SECONDS:
+        return []
+    try:
+        again = await retried_activities(client, worst.workflow_id)
+    except RPCError as exc:
+        again = [f"history unavailable: {exc}"]
+    return [
+        f"slowest: {worst.kind} {worst.seconds:.0f} s ({worst.workflow_id}): "
+        + ("; ".join(again) or "no activity ran twice")
+    ]
+
+
+async def retried_tasks(client: Client, workflow_ids: list[str]) -> int:
+    """How many of these workflows had a workflow task time out (and run again elsewhere)."""
+    timed_out = EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+    return sum([timed_out in await _event_types(client, w) for w in workflow_ids])
 
 
 FAULTS: dict[str, Fault] = {
@@ -112,13 +219,23 @@ FAULTS: dict[str, Fault] = {
         _clear,
     ),
     "slow_activity": Fault(
-        "dense_search takes 8 s, past its 5 s start-to-close timeout",
-        _failpoint({"activity:dense_search": {"delay_seconds": 8}}),
+        "the live vector search (search_vectors) takes 4 s, past its 2 s start-to-close: "
+        "three tries, then keyword search alone",
+        _failpoint({"activity:search_vectors": {"delay_seconds": 4}}),
         _clear,
     ),
+    "orchestrator_sigkill": Fault(
+        f"the orchestrator SIGKILLed while answers are inside their retrieval (search_vectors "
+        f"delayed {RETRIEVAL_DELAY} s, under its 2 s timeout), then started again",
+        lambda s: s.kill_worker("orchestrator"),
+        _restart_orchestrator,
+        outage=False,
+        prepare=_failpoint({"activity:search_vectors": {"delay_seconds": RETRIEVAL_DELAY}}),
+        moment=answers_in_retrieval,
+    ),
 }
-# The subset CI runs (tests/bench/test_faults.py): one of each kind of fault (a process crash, a
-# dependency restart, a failing write, a timeout), none that reloads the model.
+# The subset CI runs (tests/bench/test_reliability.py): one of each kind of fault (a process
+# crash, a dependency restart, a failing write, a timeout), none that reloads the model.
 FAST = ["worker_sigkill", "postgres_restart", "disk_full", "slow_activity"]
 
 
@@ -135,6 +252,9 @@ class Row:
     p99_ms: float = 0.0
     fault_s: float = 0.0  # from the fault to healed (a restart: how long it took)
     seconds: float = 0.0
+    degradations: dict[str, int] = field(default_factory=dict)  # degraded requests by kind
+    struck: int = 0  # workflows inside the step the fault was aimed at when it struck
+    retried: int = 0  # of those, how many ran a timed-out workflow task again
     details: list[str] = field(default_factory=list)
 
     @property
@@ -154,6 +274,9 @@ async def run_fault(
     stop = asyncio.Event()
     running = asyncio.create_task(load.run(stop))
     await asyncio.sleep(3)  # the load is under way when the fault strikes
+    if fault.prepare is not None:
+        await asyncio.to_thread(fault.prepare, stack)
+    inside = await fault.moment(load, client) if fault.moment is not None else []
     struck = time.monotonic()
     await asyncio.to_thread(fault.inject, stack)
     if fault.outage:
@@ -169,9 +292,15 @@ async def run_fault(
         verify_postgres, stack.settings, tenant, load.ledger
     )
     still_open = await running_workflows(client)
+    retried = await retried_tasks(client, inside)
     ledger = load.ledger
+    slow = await slowest(client, ledger.outcomes)
     p50, p99 = latency_summary(ledger.outcomes)
     failures = [f"{o.kind}: {o.detail}" for o in ledger.outcomes if o.status == "failed"]
+    aimed = [
+        f"struck inside {len(inside)} answer(s) ({', '.join(inside)}); {retried} ran their "
+        "workflow task again after it timed out"
+    ] if fault.moment is not None else []  # fmt: skip
     return Row(
         fault=name,
         requests=ledger.count(),
@@ -184,7 +313,14 @@ async def run_fault(
         p99_ms=p99,
         fault_s=fault_s,
         seconds=time.monotonic() - began,
-        details=stored.details + failures[:3] + [f"open: {w}" for w in still_open[:3]],
+        degradations=ledger.degradations(),
+        struck=len(inside),
+        retried=retried,
+        details=stored.details
+        + failures[:3]
+        + [f"open: {w}" for w in still_open[:3]]
+        + aimed
+        + slow,
     )
 
 
@@ -211,14 +347,15 @@ async def run_matrix(stack: ProcessStack, names: list[str], window: float) -> li
 
 def format_table(rows: list[Row]) -> str:
     lines = [
-        f"{'fault':<18} {'requests':>8} {'failed':>6} {'degraded':>8} {'lost':>5} "
+        f"{'fault':<20} {'requests':>8} {'failed':>6} {'degraded':>8} {'lost':>5} "
         f"{'duplicated':>10} {'left running':>12} {'P50 ms':>8} {'P99 ms':>8} {'fault s':>7}"
+        f"  {'seconds':>7}  degraded by kind"
     ]
     for r in rows:
         lines.append(
-            f"{r.fault:<18} {r.requests:>8} {r.failed:>6} {r.degraded:>8} {r.lost:>5} "
+            f"{r.fault:<20} {r.requests:>8} {r.failed:>6} {r.degraded:>8} {r.lost:>5} "
             f"{r.duplicated:>10} {r.left_running:>12} {r.p50_ms:>8.0f} {r.p99_ms:>8.0f} "
-            f"{r.fault_s:>7.1f}"
+            f"{r.fault_s:>7.1f}  {r.seconds:>7.0f}  {format_kinds(r.degradations)}"
         )
         lines += [f"    {d}" for d in r.details]
     return "\n".join(lines)

@@ -33,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 from activities.vector_index import embedding_text  # noqa: E402
+from bench.services import local_workers, running  # noqa: E402
 from durable_rag.client import RagClient  # noqa: E402
 from durable_rag.stack.postgres import EmbeddedPostgres, migrate  # noqa: E402
 from durable_rag.stack.process import free_port  # noqa: E402
@@ -45,8 +46,6 @@ from ragkit.index import IndexPoint, open_index  # noqa: E402
 from ragkit.metrics import STEP_SECONDS  # noqa: E402
 from ragkit.settings import PACKAGED_MINILM, Settings  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
-from workers import index as index_worker  # noqa: E402
-from workers import orchestrator  # noqa: E402
 
 
 def make_corpus(target: Path, copies: int) -> list[Path]:
@@ -107,10 +106,9 @@ async def workflow_run(
     index = open_index(settings, embedder.dimension)
     with ThreadPoolExecutor(8) as executor:
         workers = [
-            orchestrator.build_worker(client, settings, sessions, embedder.tokenizer, executor),
-            index_worker.build_worker(client, settings, index, embedder, sessions, executor),
+            *local_workers(client, settings, sessions, index, embedder, executor),
         ]
-        async with workers[0], workers[1]:
+        async with running(workers):
             rag = RagClient(client, settings)
             started = time.perf_counter()
             result = await rag.ingest([str(files_root)], tenant="bench")
@@ -173,6 +171,7 @@ def main() -> None:
             "temporal_address": temporal.address,
             "workflow_task_queue": f"bench-wf-{uuid.uuid4().hex[:6]}",
             "index_task_queue": f"bench-ix-{uuid.uuid4().hex[:6]}",
+            "live_task_queue": f"bench-live-{uuid.uuid4().hex[:6]}",
             "ingest_batch_documents": args.batch_documents,
         }
         migrate(base["database_url"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import shutil
 import statistics
 import time
@@ -49,9 +50,12 @@ QUESTIONS = [
     "Who introduced the HNSW algorithm?",
     "What causes spring tides?",
 ]
+CONVERSATION = "load"  # the id of the one conversation the load holds per tenant
 REQUEST_DEADLINE = 300.0  # seconds a request may take, retries included, before it counts failed
 
 T = TypeVar("T")
+# What a request came to: status, detail, its degradations (kind -> message).
+Answered = tuple[str, str, dict[str, str]]
 
 
 @dataclass
@@ -61,6 +65,9 @@ class Outcome:
     seconds: float
     status: str  # ok | degraded | failed
     detail: str = ""
+    # Each kind of degradation (`degradation_kinds`) with its first message: why it fell back.
+    degradations: dict[str, str] = field(default_factory=dict)
+    workflow_id: str = ""  # the workflow that served it (the conversation's, for a turn)
 
 
 @dataclass
@@ -73,6 +80,9 @@ class Ledger:
 
     def count(self, status: str | None = None) -> int:
         return sum(1 for o in self.outcomes if status is None or o.status == status)
+
+    def degradations(self) -> dict[str, int]:
+        return degradations_by_kind(self.outcomes)
 
 
 async def persistently(call: Callable[[], Awaitable[T]], deadline: float) -> T:
@@ -89,6 +99,70 @@ async def persistently(call: Callable[[], Awaitable[T]], deadline: float) -> T:
 
 def degraded(answer: Answer) -> bool:
     return answer.route != "primary" or bool(answer.degradations)
+
+
+# The kind each fallback records (the bounded name workflows pass to `degrade`: workflows/
+# retrieve.py, workflows/answer.py, workflows/calls.best_effort), recognised from the message it
+# puts in `Answer.degradations`, which carries the message only. Anything else is "other".
+DEGRADATION_KINDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), kind)
+    for pattern, kind in (
+        (r"^vector search failed", "keyword_only"),
+        (r"^keyword search failed", "vector_only"),
+        (r"^LLM query rewrite failed", "rules_rewrite"),
+        (r"^rerank failed", "rerank_skipped"),
+        (r"^\d+ passage\(s\) dropped to fit", "passages_dropped"),
+        (r"^generation on .* failed", "generation_failed"),  # fallback_model or no_model below
+        (r"^served the cached answer", "cached_answer"),
+        (r"^no model answered", "default_reply"),
+        (r"^answer cache unavailable", "cache_unavailable"),
+        (r"^answer not cached", "answer_not_cached"),
+        (r"^cost not recorded", "cost_not_recorded"),
+        (r"^shadow answer not recorded", "shadow_not_recorded"),
+        # The conversation's own (workflows/conversation.py), not passed to `degrade`.
+        (r"^\d+ earlier turn\(s\) left out of the prompt", "turns_dropped"),
+    )
+)
+
+
+def degradation_kinds(answer: Answer) -> list[str]:
+    """The kind of each of the answer's degradations, in order. A failed generation is
+    `fallback_model` when another model was asked after it (the answer's route says so, or a
+    second generation failed too), else `no_model`, as in AnswerWorkflow._generate."""
+    kinds = [
+        next((kind for pattern, kind in DEGRADATION_KINDS if pattern.search(d)), "other")
+        for d in answer.degradations
+    ]
+    failed = [i for i, kind in enumerate(kinds) if kind == "generation_failed"]
+    for n, i in enumerate(failed):
+        asked_another = n + 1 < len(failed) or answer.route == "fallback_model"
+        kinds[i] = "fallback_model" if n == 0 and asked_another else "no_model"
+    if answer.route != "primary" and not kinds:
+        kinds.append(answer.route)  # a fallback route that reported nothing: say which
+    return kinds
+
+
+def answered(answer: Answer) -> Answered:
+    if not degraded(answer):
+        return "ok", "", {}
+    messages = answer.degradations or [f"answered by route {answer.route}"]
+    kinds: dict[str, str] = {}
+    for kind, message in zip(degradation_kinds(answer), messages, strict=False):
+        kinds.setdefault(kind, message[:300])
+    return "degraded", "; ".join(answer.degradations)[:300], kinds
+
+
+def degradations_by_kind(outcomes: list[Outcome]) -> dict[str, int]:
+    """Requests per degradation kind (a request with two kinds counts under both), most first."""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        for kind in o.degradations:
+            counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def format_kinds(counts: dict[str, int]) -> str:
+    return ", ".join(f"{kind} {n}" for kind, n in counts.items()) or "-"
 
 
 class MixedLoad:
@@ -113,6 +187,9 @@ class MixedLoad:
         self.max_tokens = max_tokens
         self.pause = pause
         self.ledger = Ledger()
+        # Answers asked and not yet answered: trace id -> when (monotonic), for a fault that
+        # must strike while one is in a given step (bench/faults.py).
+        self.in_flight: dict[str, float] = {}
         self._documents = itertools.count()
 
     async def seed(self) -> None:
@@ -141,10 +218,13 @@ class MixedLoad:
             if self.pause:
                 await asyncio.sleep(self.pause)
 
-    async def _timed(self, kind: str, call: Callable[[], Awaitable[tuple[str, str]]]) -> Outcome:
+    async def _timed(
+        self, kind: str, call: Callable[[], Awaitable[Answered]], workflow_id: str = ""
+    ) -> Outcome:
         started = time.monotonic()
+        kinds: dict[str, str] = {}
         try:
-            status, detail = await asyncio.wait_for(call(), REQUEST_DEADLINE)
+            status, detail, kinds = await asyncio.wait_for(call(), REQUEST_DEADLINE)
         except TimeoutError:
             status, detail = "failed", f"not done in {REQUEST_DEADLINE:.0f} s"
         except Exception as exc:  # any error is a failed request, with the reason
@@ -152,7 +232,8 @@ class MixedLoad:
             while getattr(cause, "cause", None) is not None or cause.__cause__ is not None:
                 cause = getattr(cause, "cause", None) or cause.__cause__  # type: ignore[assignment]
             status, detail = "failed", f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
-        return Outcome(kind, started, time.monotonic() - started, status, detail)
+        seconds = time.monotonic() - started
+        return Outcome(kind, started, seconds, status, detail, kinds, workflow_id)
 
     async def answer(self, n: int) -> Outcome:
         question = QUESTIONS[n % len(QUESTIONS)]
@@ -162,7 +243,7 @@ class MixedLoad:
             tenant=self.tenant, question=question, max_answer_tokens=self.max_tokens, top_k=3
         )
 
-        async def call() -> tuple[str, str]:
+        async def call() -> Answered:
             async def start() -> Any:
                 try:
                     return await self.rag.start_ask(request, trace_id)
@@ -171,13 +252,15 @@ class MixedLoad:
                         AnswerWorkflow.run, ids.answer_workflow_id(trace_id)
                     )
 
-            handle = await persistently(start, deadline)
-            answer: Answer = await persistently(handle.result, deadline)
-            if degraded(answer):
-                return "degraded", "; ".join(answer.degradations)[:200]
-            return "ok", ""
+            self.in_flight[trace_id] = time.monotonic()
+            try:
+                handle = await persistently(start, deadline)
+                answer: Answer = await persistently(handle.result, deadline)
+            finally:
+                self.in_flight.pop(trace_id, None)
+            return answered(answer)
 
-        return await self._timed("answer", call)
+        return await self._timed("answer", call, ids.answer_workflow_id(trace_id))
 
     async def ingest(self, n: int) -> Outcome:
         number = next(self._documents)
@@ -193,26 +276,30 @@ class MixedLoad:
             + "\n"
         )
         deadline = time.monotonic() + REQUEST_DEADLINE
+        started: list[str] = []
 
-        async def call() -> tuple[str, str]:
+        async def call() -> Answered:
             request = self.rag.ingest_request([str(path)], self.tenant)
             handle = await persistently(lambda: self.rag.start_ingest(request), deadline)
+            started.append(handle.id)
             result = await persistently(handle.result, deadline)
             if result.failures:
-                return "failed", "; ".join(f.message for f in result.failures)[:200]
+                return "failed", "; ".join(f.message for f in result.failures)[:200], {}
             self.ledger.ingested.add(str(path))
-            return "ok", ""
+            return "ok", "", {}
 
-        return await self._timed("ingest", call)
+        outcome = await self._timed("ingest", call)
+        outcome.workflow_id = started[0] if started else ""
+        return outcome
 
     async def turn(self, n: int) -> Outcome:
         message_id = f"m-{uuid.uuid4().hex}"
         deadline = time.monotonic() + REQUEST_DEADLINE
 
-        async def call() -> tuple[str, str]:
+        async def call() -> Answered:
             reply = await persistently(
                 lambda: self.rag.chat(
-                    "load",
+                    CONVERSATION,
                     QUESTIONS[n % len(QUESTIONS)],
                     tenant=self.tenant,
                     message_id=message_id,
@@ -222,11 +309,10 @@ class MixedLoad:
                 deadline,
             )
             self.ledger.turns.add(message_id)
-            if degraded(reply.answer):
-                return "degraded", "; ".join(reply.answer.degradations)[:200]
-            return "ok", ""
+            return answered(reply.answer)
 
-        return await self._timed("turn", call)
+        conversation = ids.conversation_workflow_id(self.tenant, CONVERSATION)
+        return await self._timed("turn", call, conversation)
 
 
 # --- what is stored afterwards ------------------------------------------------------------------

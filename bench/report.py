@@ -31,6 +31,7 @@ RESULTS = ROOT / "bench" / "results"
 BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "ingest": ("bench/ingest.py", []),
     "answer": ("bench/answer.py", []),
+    "serving": ("bench/serving.py", []),
     "dispatch": ("bench/dispatch.py", []),
     "vector_search": ("bench/vector_search.py", []),
     "retrieval": ("bench/retrieval.py", []),
@@ -140,6 +141,7 @@ def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "target": "overhead <= 15 ms" if q == "p50" else "",
                 "met": answer["overhead_p50_ms"] <= 15 if q == "p50" else "",
             })  # fmt: skip
+    rows += serving_summary(results.get("serving", {}))
     dispatch = results.get("dispatch", {})
     if "rows" in dispatch:
         ours, defaults = dispatch["rows"][0], dispatch["rows"][1]
@@ -172,6 +174,61 @@ def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "ratio": soak["p99_drift"],
             "target": "no failed request",
             "met": soak["failed"] == 0,
+        })  # fmt: skip
+    return rows
+
+
+def serving_summary(serving: dict[str, Any]) -> list[dict[str, Any]]:
+    """bench/serving.py's four figures, each beside its baseline and target."""
+    rows: list[dict[str, Any]] = []
+    if not serving.get("rows"):
+        return rows
+    n = serving
+
+    def ratio(a: Any, b: Any) -> float:
+        return (
+            a / b if isinstance(a, int | float) and isinstance(b, int | float) and b else math.nan
+        )
+
+    if n.get("answer_overhead_p50_ms") is not None:
+        p50, p99 = n["answer_overhead_p50_ms"], n["answer_overhead_p99_ms"]
+        rows.append({
+            "figure": "serving: answer overhead P50 / P99 (ms), client, paired with a plain function",
+            "plain-loop baseline": n["answer_plain_p50_ms"],
+            "durable-rag": f"+{p50:.1f} / +{p99:.1f}",
+            "ratio": ratio(n["answer_flow_p50_ms"], n["answer_plain_p50_ms"]),
+            "target": "P50 <= 15 ms; P99 <= 40 ms",
+            "met": p50 <= 15 and p99 <= 40,
+        })  # fmt: skip
+    if n.get("ttft_overhead_p50_ms") is not None:
+        over = n["ttft_overhead_p50_ms"]
+        rows.append({
+            "figure": "serving: time to first token P50 (ms), gateway SSE against a plain pipeline",
+            "plain-loop baseline": n["ttft_plain_p50_ms"],
+            "durable-rag": n["ttft_gateway_p50_ms"],
+            "ratio": ratio(n["ttft_gateway_p50_ms"], n["ttft_plain_p50_ms"]),
+            "target": "overhead <= 40 ms",
+            "met": over <= 40,
+        })  # fmt: skip
+    if n.get("search_ratio_p50") is not None:
+        rows.append({
+            "figure": "serving: search P50 (ms) during an ingest, against idle",
+            "plain-loop baseline": n["search_idle_p50_ms"],
+            "durable-rag": n["search_ingest_p50_ms"],
+            "ratio": n["search_ratio_p50"],
+            "target": "ratio <= 2.0",
+            "met": n["search_ratio_p50"] <= 2.0,
+        })  # fmt: skip
+    if n.get("concurrent_ratio") is not None:
+        done, total = n["concurrent_completed"], n["concurrent_streams"]
+        rows.append({
+            "figure": f"serving: {n.get('concurrency', '?')} concurrent streams, tokens/s "
+                      f"({done}/{total} completed with tokens)",
+            "plain-loop baseline": n["engine_tokens_per_s"],
+            "durable-rag": n["concurrent_tokens_per_s"],
+            "ratio": n["concurrent_ratio"],
+            "target": "all complete; ratio >= 0.9",
+            "met": done == total and n["concurrent_ratio"] >= 0.9,
         })  # fmt: skip
     return rows
 
@@ -222,6 +279,7 @@ def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any
     sections = [
         ("ingest", "Ingest: IngestWorkflow against the same steps in a plain loop"),
         ("answer", "Answer: AnswerWorkflow against the same steps in a plain async function"),
+        ("serving", "Serving: answers, first tokens, search under ingest, concurrent streams"),
         ("dispatch", "Task dispatch: the embedded dev server's settings against its defaults"),
         ("vector_search", "Vector search on the embedded index, with filters"),
         ("retrieval", "Retrieval quality (labelled set)"),
@@ -239,10 +297,26 @@ def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any
             out.append(soak_section(figures))
         else:
             out.append(table(figures.get("rows", [])))
+        if figures.get("note"):
+            out.append("\n" + figures["note"] + "\n")
+        if figures.get("dispatches"):
+            out.append(
+                "\nDispatches per workflow (remote activity dispatches before generate: count):\n"
+            )
+            out.append(
+                table([{"flow": part, **counts} for part, counts in figures["dispatches"].items()])
+            )
+        if figures.get("hops"):
+            out.append("\nPer hop (from the workflows' histories and their own timings_ms):\n")
+            out.append(table(figures["hops"]))
+        if figures.get("problems"):
+            out.append("\nProblems seen:\n\n" + "".join(f"- {p}\n" for p in figures["problems"]))
         extras = {
             k: v
             for k, v in figures.items()
-            if k not in ("name", "rows", "windows", "machine") and not isinstance(v, list)
+            if k
+            not in ("name", "rows", "windows", "machine", "hops", "problems", "note", "dispatches")
+            and not isinstance(v, list)
         }
         if extras and name != "soak":
             out.append("\n" + "; ".join(f"{k}: {_fmt(v)}" for k, v in extras.items()) + "\n")

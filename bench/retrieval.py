@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-from bench.services import bench_services  # noqa: E402
+from bench.services import bench_services, local_workers, running  # noqa: E402
 from durable_rag.client import RagClient  # noqa: E402
 from evals.retrieval import Scores, evaluate, load_questions, table, write_corpus  # noqa: E402
 from ragkit.db import make_sessionmaker  # noqa: E402
@@ -33,8 +33,6 @@ from ragkit.embedding import load_embedder  # noqa: E402
 from ragkit.index import open_index  # noqa: E402
 from ragkit.settings import PACKAGED_MINILM  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
-from workers import index as index_worker  # noqa: E402
-from workers import orchestrator  # noqa: E402
 
 TENANT = "eval"
 
@@ -49,10 +47,9 @@ async def main_async(set_name: str, sweep: bool, json_path: Path | None = None) 
         questions = load_questions(set_name)
         with ThreadPoolExecutor(8) as executor:
             workers = [
-                orchestrator.build_worker(client, settings, sessions, embedder.tokenizer, executor),
-                index_worker.build_worker(client, settings, index, embedder, sessions, executor),
+                *local_workers(client, settings, sessions, index, embedder, executor),
             ]
-            async with workers[0], workers[1]:
+            async with running(workers):
                 started = time.perf_counter()
                 ingested = await RagClient(client, settings).ingest([str(work / "corpus")], TENANT)
                 assert not ingested.failures, ingested.failures

@@ -4,10 +4,12 @@ scratch folder that is removed afterwards."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ async def bench_services(prefix: str, **overrides: Any) -> AsyncIterator[tuple[P
             "temporal_address": temporal.address,
             "workflow_task_queue": f"bench-wf-{uuid.uuid4().hex[:6]}",
             "index_task_queue": f"bench-ix-{uuid.uuid4().hex[:6]}",
+            "live_task_queue": f"bench-live-{uuid.uuid4().hex[:6]}",
             **overrides,
         }
         settings = Settings(**values)
@@ -43,3 +46,43 @@ async def bench_services(prefix: str, **overrides: Any) -> AsyncIterator[tuple[P
         temporal.stop()
         pg.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def local_workers(
+    client: Any,
+    settings: Settings,
+    sessions: Any,
+    index: Any,
+    embedder: Any,
+    executor: Any,
+    live_executor: Any = None,
+) -> list[Any]:
+    """The orchestrator's bulk and live workers and the index worker, in this process, over one
+    open index: live retrieval reads it directly, as the orchestrator reads a Qdrant server."""
+    from ragkit.index.generations import Generations
+    from ragkit.index.reads import ActiveReader
+    from workers import index as index_worker
+    from workers import orchestrator
+
+    generations = Generations(settings, sessions, embedder.name, embedder.dimension, opened=index)
+    return [
+        *orchestrator.build_workers(
+            client,
+            settings,
+            sessions,
+            embedder,
+            ActiveReader(generations),
+            executor,
+            live_executor or ThreadPoolExecutor(settings.worker.live_max_concurrent_activities),
+        ),
+        index_worker.build_worker(client, settings, generations, embedder, sessions, executor),
+    ]
+
+
+@asynccontextmanager
+async def running(workers: list[Any]) -> AsyncIterator[None]:
+    """Every worker started, and stopped (in reverse) on the way out."""
+    async with contextlib.AsyncExitStack() as stack:
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        yield

@@ -26,7 +26,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.load import MixedLoad, Outcome, latency_summary  # noqa: E402
+from bench.load import (  # noqa: E402
+    MixedLoad,
+    Outcome,
+    degradations_by_kind,
+    format_kinds,
+    latency_summary,
+)
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
 
@@ -43,6 +49,7 @@ class Window:
     p50_ms: float
     p99_ms: float
     rss_mb: dict[str, float]
+    degradations: dict[str, int] = field(default_factory=dict)  # requests per kind
 
 
 @dataclass
@@ -54,8 +61,14 @@ class SoakReport:
     failed: int = 0
     degraded: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
-    # What degraded requests fell back to (the first words of each degradation), by count.
+    # Degraded requests per degradation kind (bench/load.degradation_kinds; a request with two
+    # kinds counts under both), and one message of each kind: why it fell back.
     degradations: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def degraded_rate(self) -> float:
+        return self.degraded / self.requests if self.requests else 0.0
 
     @property
     def p99_drift(self) -> float:
@@ -92,6 +105,7 @@ def _windows(
                 p50_ms=p50,
                 p99_ms=p99,
                 rss_mb={part: size / MB for part, size in last.items()},
+                degradations=degradations_by_kind(done),
             )
         )
     return windows
@@ -117,11 +131,11 @@ async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakR
     report.requests = len(outcomes)
     report.failed = sum(1 for o in outcomes if o.status == "failed")
     report.degraded = sum(1 for o in outcomes if o.status == "degraded")
+    report.degradations = degradations_by_kind(outcomes)
     for o in outcomes:
         report.by_kind[o.kind] = report.by_kind.get(o.kind, 0) + 1
-        if o.status == "degraded":
-            why = f"{o.kind}: {o.detail.split(':')[0][:60]}"
-            report.degradations[why] = report.degradations.get(why, 0) + 1
+        for kind, message in o.degradations.items():
+            report.examples.setdefault(kind, f"{o.kind}: {message[:200]}")
     return report
 
 
@@ -129,23 +143,21 @@ def format_report(report: SoakReport) -> str:
     parts = list(report.windows[0].rss_mb)
     head = f"{'window':>7} {'requests':>8} {'req/s':>6} {'failed':>6} {'degraded':>8} " \
            f"{'P50 ms':>8} {'P99 ms':>8} " + " ".join(f"{p[:12]:>12}" for p in parts)  # fmt: skip
-    lines = [head + "   (RSS MB)"]
+    lines = [head + "   (RSS MB)  degraded by kind"]
     for w in report.windows:
         lines.append(
             f"{w.start_s:>6.0f}s {w.requests:>8} {w.throughput:>6.2f} {w.failed:>6} "
             f"{w.degraded:>8} {w.p50_ms:>8.0f} {w.p99_ms:>8.0f} "
             + " ".join(f"{w.rss_mb.get(p, 0):>12.0f}" for p in parts)
+            + f"   {format_kinds(w.degradations)}"
         )
     drift = report.rss_drift_mb()
     lines.append(
         f"\n{report.requests} requests ({', '.join(f'{k} {v}' for k, v in report.by_kind.items())})"
         f", {report.failed} failed, {report.degraded} degraded"
     )
-    if report.degradations:
-        lines.append(
-            "degraded by fallback: "
-            + "; ".join(f"{why} ({n})" for why, n in sorted(report.degradations.items()))
-        )
+    lines.append(f"degraded by kind: {format_kinds(report.degradations)}")
+    lines += [f"    {kind}, e.g. {why}" for kind, why in report.examples.items()]
     lines.append(
         f"drift, first window to last: P99 x{report.p99_drift:.2f}; RSS "
         + ", ".join(f"{p} {d:+.0f} MB" for p, d in drift.items())
@@ -158,6 +170,7 @@ def to_json(report: SoakReport) -> dict[str, object]:
         "name": "soak",
         **asdict(report),
         "p99_drift": report.p99_drift,
+        "degraded_rate": report.degraded_rate,
         "rss_drift_mb": report.rss_drift_mb(),
     }
 

@@ -56,6 +56,7 @@ class ProcessStack:
             "postgres_port": free_port(),
             "workflow_task_queue": f"{prefix}-wf-{tag}",
             "index_task_queue": f"{prefix}-ix-{tag}",
+            "live_task_queue": f"{prefix}-live-{tag}",
             "llm_model": model,
             "llm_served_name": f"smollm2-{tag}",
             "llm_max_num_seqs": 4,

@@ -14,7 +14,9 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -298,6 +300,18 @@ class RagClient:
             static_summary=f"rebuild the index {self.settings.index.collection}",
         )
 
+    def _live_start(self) -> dict[str, Any]:
+        """How a live question starts: on the live queue, eagerly where this process hosts a
+        live worker on the same client (the first workflow task comes back in the start
+        response; elsewhere the server dispatches it as usual), with a short task timeout so a
+        lost first task is handed on quickly."""
+        t = self.settings.temporal
+        return {
+            "task_queue": t.live_task_queue,
+            "request_eager_start": t.eager_start,
+            "task_timeout": timedelta(seconds=t.live_task_timeout_seconds),
+        }
+
     def retrieval_plan(self, top_k: int = 1) -> RetrievalPlan:
         s = self.settings
         return RetrievalPlan(
@@ -323,9 +337,9 @@ class RagClient:
             SearchWorkflow.run,
             SearchWorkflowInput(request=request, plan=self.retrieval_plan(top_k)),
             id=ids.search_workflow_id(trace_id or uuid.uuid4().hex),
-            task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": request.tenant},
             static_summary=f"search: {query[:80]}",
+            **self._live_start(),
         )
 
     def shadowed(self, workflow_id: str) -> bool:
@@ -427,9 +441,9 @@ class RagClient:
             AnswerWorkflow.run,
             AnswerWorkflowInput(request=request, plan=plan, history=history, stream_id=stream_id),
             id=workflow_id,
-            task_queue=self.settings.temporal.workflow_task_queue,
             memo={"tenant": request.tenant},
             static_summary=f"answer: {request.question[:80]}",
+            **self._live_start(),
         )
 
     async def ask(self, request: AskRequest, trace_id: str | None = None) -> Answer:
@@ -459,7 +473,8 @@ class RagClient:
             self.conversation_input(tenant, conversation_id),
             id=ids.conversation_workflow_id(tenant, conversation_id),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            task_queue=self.settings.temporal.workflow_task_queue,
+            task_queue=self.settings.temporal.live_task_queue,
+            task_timeout=timedelta(seconds=self.settings.temporal.live_task_timeout_seconds),
             memo={"tenant": tenant},
             static_summary=f"conversation {conversation_id} of tenant {tenant}",
         )
@@ -494,6 +509,23 @@ class RagClient:
             start_workflow_operation=self._conversation_start(request.tenant, conversation_id),
             id=request.message_id,
         )
+
+    async def cancel_turn(self, conversation_id: str, tenant: str | None, message_id: str) -> bool:
+        """Stop the turn of `message_id` (its answer and generation; a turn still waiting is
+        skipped): its `chat` fails with TurnCancelled. The user turn stays stored if it was, no
+        assistant turn is. False when the conversation's workflow is not running."""
+        workflow_id = ids.conversation_workflow_id(
+            tenant or self.settings.default_tenant, conversation_id
+        )
+        try:
+            await self.client.get_workflow_handle(workflow_id).signal(
+                ConversationWorkflow.cancel_turn, message_id
+            )
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
 
     async def history(
         self, conversation_id: str, tenant: str | None = None

@@ -1,29 +1,112 @@
-"""Starting, waiting for and streaming an answer workflow: what the native and the
-OpenAI-compatible answer endpoints share.
+"""Admitting, starting, waiting for and streaming a live request: what the answer, OpenAI and
+conversation endpoints share.
 
 Errors come out as the caller sees them: a bad request is a 422, a reused request id a 409,
-no answer in time a 504 (and the run is cancelled), no token stream a 503.
+a model with no room for one more generation a 429 with Retry-After (nothing started), no
+answer within the access timeout a 504 (and the run is cancelled), no token stream a 503.
+A client that leaves gets its run cancelled; its request is logged and counted as 499.
 """
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
+from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
 from gateway.errors import error_event, http_error
 from gateway.streams import Token, in_background, relay
-from ragkit.metrics import ANSWER_TIMEOUTS
+from ragkit.admission import Admission, Overloaded, Ticket
+from ragkit.metrics import ANSWER_TIMEOUTS, GATEWAY_REJECTED
+from ragkit.settings import Settings
 from ragkit.streaming import TokenListener
 from schemas.answer import Answer, AskRequest
 
 log = logging.getLogger("durable_rag.gateway")
+T = TypeVar("T")
+
+# nginx's "client closed request": nobody reads it, the access log and the metrics do.
+CLIENT_LEFT = 499
+
+
+class ClientLeft(Exception):
+    """The client disconnected before its request was done."""
+
+
+async def admit(
+    request: Request, admission: Admission, rag: RagClient, model: str | None, tokens: int
+) -> Ticket:
+    """A ticket for one live generation of up to `tokens` answer tokens of `model` (None: the
+    default model), or 429 with Retry-After when the model has as much work in flight as can
+    finish within the P99 target."""
+    chosen = model or await rag.default_model()
+    try:
+        return admission.admit(chosen, tokens)
+    except Overloaded as exc:
+        route = getattr(request.scope.get("route"), "path", None) or "unmatched"
+        GATEWAY_REJECTED.labels(route, model_label(chosen, model, rag.settings)).inc()
+        log.warning("refused %s: %s", route, exc)
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from exc
+
+
+def model_label(chosen: str, requested: str | None, settings: Settings) -> str:
+    """A bounded metric label: a model the request names is kept only if it is configured."""
+    if requested is None:
+        return chosen  # the settings' or the default alias: the operator's names
+    known = {settings.llm.name, settings.llm.fallback_model}
+    known |= {settings.router.small_model, settings.router.large_model}
+    return chosen if chosen in known else "other"
+
+
+async def client_left(request: Request) -> None:
+    """Returns once the client has disconnected. Only after the body was read (an endpoint with
+    a body parameter): from then on the server's next message is the disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def until_done(work: Awaitable[T], request: Request, timeout: float) -> T:
+    """The result of `work`, raced against the client: ClientLeft when it disconnects first,
+    TimeoutError after `timeout` seconds. Either way `work` is no longer awaited."""
+    task = asyncio.ensure_future(work)
+    left = asyncio.ensure_future(client_left(request))
+    try:
+        done, _ = await asyncio.wait({task, left}, timeout=timeout, return_when="FIRST_COMPLETED")
+    finally:
+        left.cancel()
+        task.cancel()
+    if task in done:
+        return task.result()
+    if left in done:
+        raise ClientLeft
+    raise TimeoutError
+
+
+def released(events: AsyncGenerator[dict[str, str], None], ticket: Ticket) -> EventSourceResponse:
+    """Server-Sent Events that release `ticket` when the stream ends, however it ends: the
+    events' own end, the client leaving, the timeout; the background task covers a stream
+    whose events never began."""
+
+    async def stream() -> AsyncIterator[dict[str, str]]:
+        try:
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    yield event
+        finally:
+            ticket.release()
+
+    async def release() -> None:  # async: on the event loop, not in a worker thread
+        ticket.release()
+
+    return EventSourceResponse(stream(), background=BackgroundTask(release))
 
 
 async def start_answer(
@@ -43,13 +126,20 @@ async def start_answer(
         raise HTTPException(409, f"request id already used: {exc.message}") from exc
 
 
-async def finish_answer(handle: WorkflowHandle[Any, Answer], timeout: float) -> Answer:
+async def finish_answer(
+    handle: WorkflowHandle[Any, Answer], timeout: float, request: Request
+) -> Answer:
+    """The answer; 504 past `timeout`, 499 when the client leaves: the run is cancelled, so
+    generation stops, in both cases (never an abandoned answer left running)."""
     try:
-        return await asyncio.wait_for(handle.result(), timeout=timeout)
+        return await until_done(handle.result(), request, timeout)
     except TimeoutError as exc:
         ANSWER_TIMEOUTS.labels("answer").inc()
-        await handle.cancel()  # never leave an abandoned answer running
-        raise HTTPException(504, f"no answer within {timeout:g} s") from exc
+        await cancel_now(handle, f"no answer within {timeout:g} s")
+        raise HTTPException(504, f"no answer within {timeout:g} s; the run was cancelled") from exc
+    except ClientLeft as exc:
+        await cancel_now(handle, "the client left")
+        raise HTTPException(CLIENT_LEFT, "the client left; the run was cancelled") from exc
     except WorkflowFailureError as exc:
         raise http_error(exc) from exc
 
@@ -80,15 +170,17 @@ async def start_streamed_answer(
     return handle, stream_id, queue
 
 
-def cancel_later(handle: WorkflowHandle[Any, Any], why: str) -> None:
-    async def cancel() -> None:
-        try:
-            await handle.cancel()
-            log.info("cancelled %s: %s", handle.id, why)
-        except RPCError as exc:
-            log.warning("could not cancel %s: %s", handle.id, exc)
+async def cancel_now(handle: WorkflowHandle[Any, Any], why: str) -> None:
+    try:
+        await handle.cancel()
+        log.info("cancelled %s: %s", handle.id, why)
+    except RPCError as exc:  # already closed, most often
+        log.warning("could not cancel %s: %s", handle.id, exc)
 
-    in_background(cancel())
+
+def cancel_later(handle: WorkflowHandle[Any, Any], why: str) -> None:
+    """From a stream's cleanup, which may itself be cancelled: in a task of its own."""
+    in_background(cancel_now(handle, why))
 
 
 async def answer_events(
@@ -97,7 +189,7 @@ async def answer_events(
     queue: asyncio.Queue[Any],
     listener: TokenListener,
     timeout: float,
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncGenerator[dict[str, str], None]:
     """`start`, then `token` (text) and `reset` (start over) events, then `answer` (the
     whole Answer) or `error`. A client that leaves cancels the workflow."""
     result = asyncio.ensure_future(handle.result())

@@ -6,8 +6,13 @@ and becomes the trace id and the workflow id. Invalid input gets a 4xx and start
 
 Streaming endpoints (`/v1/ask/stream`, `.../messages/stream`, `/v1/chat/completions` with
 `stream`) relay the generation's text from Postgres LISTEN/NOTIFY (ragkit/streaming.py) as
-Server-Sent Events. A client that leaves mid-answer gets its answer workflow cancelled, and the
-cancellation reaches the engine (R6).
+Server-Sent Events. A client that leaves mid-answer (streamed or not, an answer or a
+conversation turn) gets its answer workflow cancelled, and the cancellation reaches the engine
+(R6); so does a request past the access timeout (`Settings.access_timeout_seconds`, 504).
+
+Admission (ragkit/admission.py): a live request whose model already has as many generations in
+flight as can finish within the P99 target (the batch + the queue bound) gets 429 with
+Retry-After at once, and starts no workflow.
 
 `create_app` puts what endpoints share on `app.state` (gateway/deps.py reads it from there) and
 includes one router per area (gateway/routers/).
@@ -27,6 +32,7 @@ from durable_rag.client import RagClient
 from gateway import errors
 from gateway.middleware import BodyLimit, RequestId
 from gateway.routers import admin, answers, conversations, documents, feedback, openai, runs
+from ragkit.admission import Admission
 from ragkit.db import make_sessionmaker
 from ragkit.settings import Settings
 from ragkit.streaming import TokenListener
@@ -65,6 +71,7 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
     app.state.token_listener = TokenListener(settings.postgres.sqlalchemy_url)
+    app.state.admission = Admission.from_settings(settings.llm)
     # Unless given, connected in the lifespan: the Temporal client belongs to the server's event
     # loop, and create_app runs before there is one.
     app.state.rag = rag

@@ -1,5 +1,6 @@
 """What endpoints depend on, as `Annotated[..., Depends(...)]` aliases: the shared state that
-`create_app` puts on `app.state`, and the tenant an API key authenticates."""
+`create_app` puts on `app.state` (admission: the in-flight generations per model), and the
+tenant an API key authenticates."""
 
 from typing import Annotated
 
@@ -7,6 +8,7 @@ from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from durable_rag.client import RagClient
+from ragkit.admission import Admission
 from ragkit.settings import Settings
 from ragkit.store import keys
 from ragkit.streaming import TokenListener
@@ -33,10 +35,16 @@ async def get_listener(request: Request) -> TokenListener:
     return listener
 
 
+async def get_admission(request: Request) -> Admission:
+    admission: Admission = request.app.state.admission
+    return admission
+
+
 AppSettings = Annotated[Settings, Depends(get_settings)]
 Rag = Annotated[RagClient, Depends(get_rag)]
 Sessions = Annotated[sessionmaker[Session], Depends(get_sessions)]
 Listener = Annotated[TokenListener, Depends(get_listener)]
+Admit = Annotated[Admission, Depends(get_admission)]
 
 
 def authenticated_tenant(

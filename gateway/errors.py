@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 from durable_rag.client import failure_cause
 from gateway import openai_compat
 from ragkit import policies
+from workflows.conversation import TURN_CANCELLED
 
 # Causes that are the caller's fault: 422 with the message, not 5xx.
 CALLER_ERRORS = {policies.INVALID_INPUT, policies.PROMPT_TOO_LONG}
@@ -29,6 +30,10 @@ def http_error(exc: BaseException) -> HTTPException:
     cause = failure_cause(exc)
     if isinstance(cause, ApplicationError) and cause.type in CALLER_ERRORS:
         return HTTPException(422, f"{cause.type}: {cause.message}")
+    if isinstance(cause, ApplicationError) and cause.type == TURN_CANCELLED:
+        return HTTPException(
+            409, f"{cause.message} (its client left or timed out): send it with a new message id"
+        )
     return HTTPException(502, f"the flow failed: {cause}")
 
 

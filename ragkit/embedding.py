@@ -72,6 +72,8 @@ class Embedder:
         self.dimension = int(model.model.config.hidden_size)
         self.tokenizer = model.tokenizer
         self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Query] = []  # queries waiting for the model (embed_query)
         # Counts every passage encoded by this process; tests use it to prove skips.
         self.passages_encoded = 0
 
@@ -89,10 +91,32 @@ class Embedder:
         return [[float(x) for x in row] for row in vectors]
 
     def embed_query(self, text: str) -> list[float]:
+        """One query's vector. Concurrent callers are encoded together: whoever gets the model
+        encodes every query waiting by then, so fifty questions at once cost a few batched
+        calls, not fifty in a row (one short query alone costs about as much as a batch)."""
         failpoints.hit("embedding")
+        waiting = _Query(text)
+        with self._queue_lock:
+            self._queue.append(waiting)
         with self._lock:
-            vectors = _dense(self._model.encode_queries([text], max_length=self.max_length))
-        return [float(x) for x in vectors[0]]
+            if waiting.vector is None:  # no earlier caller took it along
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                vectors = _dense(
+                    self._model.encode_queries([q.text for q in batch], max_length=self.max_length)
+                )
+                for query, vector in zip(batch, vectors, strict=True):
+                    query.vector = [float(x) for x in vector]
+        assert waiting.vector is not None
+        return waiting.vector
+
+
+class _Query:
+    __slots__ = ("text", "vector")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.vector: list[float] | None = None
 
 
 def _no_progress_bar(iterable: Any, *args: Any, **kwargs: Any) -> Any:

@@ -8,7 +8,7 @@ workers run). An absent or empty file means no fault. The file maps a point to w
     {"embedding": {"error": "model failing"},          # RuntimeError in the embedder
      "index": {"error": "connection refused"},          # the vector index is unavailable
      "index_write": {"error": "disk_full"},             # OSError(ENOSPC) on index writes
-     "activity:dense_search": {"delay_seconds": 8}}     # an activity that outlives its timeout
+     "activity:search_vectors": {"delay_seconds": 4}}   # an activity that outlives its timeout
 
 Points: `embedding` (Embedder), `index` and `index_write` (VectorIndexActivities), and
 `activity:<name>` (a worker interceptor, for any activity).

@@ -55,6 +55,12 @@ ANSWER_TIMEOUTS = Counter(
     "Answers the gateway cancelled at its request timeout, by route template.",
     ["route"],
 )
+GATEWAY_REJECTED = Counter(
+    "durable_rag_gateway_rejected_total",
+    "Live requests refused with 429 before anything started (the model's generations in flight "
+    "were at its batch + queue bound), by route template and model.",
+    ["route", "model"],
+)
 
 # --- model ---------------------------------------------------------------------------------------
 LLM_FIRST_TOKEN_SECONDS = Histogram(

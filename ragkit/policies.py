@@ -139,7 +139,8 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
         ),
         "commit_batch": ActivityPolicy(
             queue=Queue.WORKFLOW,
-            start_to_close=timedelta(minutes=2),
+            # One transaction: a worker killed mid-commit is retried after this, not minutes.
+            start_to_close=timedelta(seconds=30),
             retry=_retry(),
             fallback=Fallback.FAIL_BATCH,
             expected_latency="one transaction: ~10 ms",
@@ -153,12 +154,13 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
         ),
         "discard_pending": ActivityPolicy(
             queue=Queue.WORKFLOW,
-            start_to_close=timedelta(minutes=2),
+            start_to_close=timedelta(seconds=30),
             retry=_retry(attempts=5),
             fallback=Fallback.SKIP,
             expected_latency="one transaction: ~10 ms",
         ),
         # --- search -------------------------------------------------------------------------------
+        # Runs started before live retrieval (workflow patch "live-retrieval") call this one.
         "dense_search": ActivityPolicy(
             queue=Queue.INDEX,
             start_to_close=timedelta(seconds=5),
@@ -166,6 +168,17 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
             retry=_retry(initial=0.2, maximum=2, attempts=3),
             fallback=Fallback.OTHER_RETRIEVER,
             expected_latency="embed ~10-30 ms + search P99 < 50 ms (R3)",
+        ),
+        "search_vectors": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            # R9: a retrieval past its timeout falls back to keyword search; two short tries
+            # stay well inside the answer's budget.
+            start_to_close=timedelta(seconds=2),
+            schedule_to_close=timedelta(seconds=4),  # within the live workflow task's 5 s
+            retry=_retry(initial=0.1, maximum=1, attempts=3),
+            fallback=Fallback.OTHER_RETRIEVER,
+            expected_latency="embed ~10-40 ms in the orchestrator + search ~1-5 ms (R3)",
         ),
         "keyword_search": ActivityPolicy(
             queue=Queue.WORKFLOW,
@@ -245,7 +258,10 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
         ),
         "summarize": ActivityPolicy(
             queue=Queue.LLM,
-            start_to_close=timedelta(seconds=60),
+            # Background work: on a loaded CPU a 160-token summary takes minutes; the heartbeat,
+            # not a short timeout, tells a lost worker from a slow one.
+            start_to_close=timedelta(minutes=5),
+            heartbeat=timedelta(seconds=10),
             schedule_to_start=timedelta(seconds=30),
             retry=_retry(initial=1, maximum=10, attempts=3),
             fallback=Fallback.KEEP_TURNS,

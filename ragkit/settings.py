@@ -17,8 +17,10 @@ Two profiles share every field; the profile only changes defaults:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +41,8 @@ from schemas.answer import DEFAULT_HARD_WORDS
 ENV_PREFIX = "DURABLE_RAG_"
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 PACKAGED_SMOLLM2 = "packaged:SmolLM2-135M-Instruct"
+# The gateway's access timeout, as a multiple of the measured inference P99.
+ACCESS_TIMEOUT_FACTOR = 1.5
 
 # Defaults that differ by profile, by flat name. Values given explicitly always win.
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -125,6 +129,24 @@ class TemporalSettings(BaseModel):
         description="Index worker: vector index and embedding activities. In the embedded profile "
         "this process is the only opener of the in-process index.",
     )
+    live_task_queue: str = Field(
+        default="rag-live",
+        alias="live_task_queue",
+        description="Live questions (search, answer, conversation): their own queue and worker "
+        "slots, so ingest, rebuild and compaction never hold a live question's workflow task.",
+    )
+    eager_start: bool = Field(
+        default=True,
+        description="Ask the server to hand a live workflow's first task back in the start "
+        "response when the starter hosts a live worker (eager start; silently normal otherwise).",
+    )
+    live_task_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="Workflow task timeout of live workflows: how soon a task lost with a killed "
+        "worker (or an eager start's lost task) is handed to another worker.",
+    )
 
 
 class PostgresSettings(BaseModel):
@@ -164,6 +186,13 @@ class IndexSettings(BaseModel):
         default=100, ge=16, le=512, description="HNSW build candidates (R20: 100-200)."
     )
     hnsw_ef_search: int = Field(default=128, ge=8, le=1_024, description="HNSW search candidates.")
+    read_socket: str = Field(
+        default="",
+        alias="index_read_socket",
+        description="Edge backend: the Unix socket on which the index worker (the index's one "
+        "opener) serves searches to the orchestrator's live retrieval; empty: "
+        "<data_dir>/run/index-<collection>.sock.",
+    )
 
 
 class EmbeddingSettings(BaseModel):
@@ -284,10 +313,48 @@ class LlmSettings(BaseModel):
         default=256, ge=1, le=16_384, description="Upper bound on any answer's length (R12)."
     )
     max_concurrent_generations: int = Field(
-        default=8,
+        default=64,
         ge=1,
         le=1_024,
-        description="Activity slots of an LLM worker: in-flight generations.",
+        description="Activity slots of an LLM worker: the generations it takes at once. The "
+        "engine decodes llm_max_num_seqs of them together and queues the rest inside, in order; "
+        "keep it at least what the gateway admits (ragkit/admission.py), or admitted "
+        "generations wait on the task queue, where generate's 10 s schedule-to-start sends them "
+        "to the fallback (a degraded reply).",
+    )
+    p99_target_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=3_600,
+        description="Latency target for 99% of live answers (R11). The gateway's bound on queued "
+        "generations per model follows from it (ragkit/admission.py): floor(target / T) - 1 full "
+        "batches of llm_max_num_seqs may wait, T = llm_max_answer_tokens x "
+        "llm_per_token_seconds; beyond that a live request gets 429 and Retry-After.",
+    )
+    per_token_seconds: float = Field(
+        default=0.1,
+        gt=0,
+        le=10,
+        description="Measured per-token decode latency of one sequence at a full batch "
+        "(llm_max_num_seqs running), in seconds: from bench/serving.py or bench/answer.py (the "
+        "generate step over its tokens). The default is CPU SmolLM2's.",
+    )
+    queue_bound: int | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="Generations per model that may wait for a batch slot beyond "
+        "llm_max_num_seqs before the gateway refuses live requests with 429; unset: derived from "
+        "llm_p99_target_seconds and llm_per_token_seconds. Per gateway process. Waiting ones "
+        "wait in the LLM worker when llm_max_concurrent_generations allows, else on its task "
+        "queue, up to generate's schedule-to-start timeout.",
+    )
+    inference_p99_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=3_600,
+        description="Measured P99 of a live answer, end to end (bench/answer.py). The gateway's "
+        "access timeout is 1.5x this unless gateway_request_timeout_seconds is set.",
     )
 
     @property
@@ -505,12 +572,13 @@ class GatewaySettings(BaseModel):
     max_body_bytes: int = Field(
         default=1_048_576, ge=1_024, le=1_073_741_824, description="Larger bodies get 413."
     )
-    request_timeout_seconds: float = Field(
-        default=90,
+    request_timeout_seconds: float | None = Field(
+        default=None,
         gt=0,
         le=3_600,
-        description="An answer not done by then is cancelled (its workflow too) and gets 504. "
-        "Set it to ~1.5x the measured inference P99 (bench/answer.py).",
+        description="Access timeout: a live request (answer or turn) not done by then is "
+        "cancelled, its workflow and generation too, and gets 504. Unset: 1.5x "
+        "llm_inference_p99_seconds (90 s by default).",
     )
 
 
@@ -549,6 +617,20 @@ class WorkerSettings(BaseModel):
     model_config = _group("worker_")
 
     max_concurrent_activities: int = Field(default=4, ge=1, le=1_000)
+    live_max_concurrent_activities: int = Field(
+        default=16,
+        ge=1,
+        le=1_000,
+        description="Activity slots (and threads) of the orchestrator's live worker: retrieval, "
+        "hydration and the answer's Postgres steps, apart from the bulk worker's.",
+    )
+    bulk_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="Embedded profile: the index worker's CPU niceness, so bulk embedding "
+        "(ingest, rebuild) yields the cores to live questions; 0 leaves it as started.",
+    )
     drain_seconds: float = Field(
         default=60.0,
         ge=0,
@@ -672,6 +754,25 @@ class Settings(BaseSettings):
     @property
     def temporal_db_path(self) -> Path:
         return self.data_dir / "temporal.db"
+
+    @property
+    def access_timeout_seconds(self) -> float:
+        """How long the gateway waits for a live request: gateway_request_timeout_seconds when
+        set, else 1.5x the measured inference P99."""
+        if self.gateway.request_timeout_seconds is not None:
+            return self.gateway.request_timeout_seconds
+        return ACCESS_TIMEOUT_FACTOR * self.llm.inference_p99_seconds
+
+    @property
+    def read_socket_path(self) -> Path:
+        """Where the index worker serves live searches (Edge backend)."""
+        if self.index.read_socket:
+            return Path(self.index.read_socket)
+        path = (self.data_dir / "run" / f"index-{self.index.collection}.sock").absolute()
+        if len(str(path)) > 100:  # AF_UNIX paths are limited to ~107 bytes
+            digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+            path = Path(tempfile.gettempdir()) / f"durable-rag-index-{digest}.sock"
+        return path
 
 
 GROUPS: dict[str, type[BaseModel]] = {

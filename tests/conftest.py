@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import functools
 import os
 import signal
 import uuid
@@ -149,6 +150,13 @@ def embedder() -> Embedder:
     return load_embedder(PACKAGED_MINILM, "cpu", max_length=512, batch_size=32)
 
 
+@functools.cache
+def query_embedder() -> Embedder:
+    """The orchestrators' own copy of the model, as in the stack: a query never waits for the
+    index worker's embedder, which an ingest may hold."""
+    return load_embedder(PACKAGED_MINILM, "cpu", max_length=512, batch_size=32)
+
+
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
     """One vLLM (CPU) engine on the packaged SmolLM2 for the whole session: it takes ~50 s to
@@ -176,6 +184,7 @@ def make_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "workflow_task_queue": f"wf-{uuid.uuid4().hex[:8]}",
         "index_task_queue": f"ix-{uuid.uuid4().hex[:8]}",
+        "live_task_queue": f"live-{uuid.uuid4().hex[:8]}",
         # A test's workers stop when it ends: a short drain keeps a stuck activity from holding it.
         "worker_drain_seconds": 5,
     }
@@ -210,28 +219,41 @@ async def running_stack(
     with_orchestrator: bool = True,
     **overrides: Any,
 ) -> AsyncIterator[Stack]:
+    from ragkit.index.generations import Generations
     from workers import index as index_worker
     from workers import orchestrator
+    from workers.common import open_reader
 
     settings = make_settings(
         database_url=database.url, data_dir=data_dir, qdrant_collection="chunks", **overrides
     )
     index = open_index(settings, embedder.dimension)
+    generations = Generations(
+        settings, database.sessions, embedder.name, embedder.dimension, opened=index
+    )
+    # The index worker serves the orchestrator's live searches on its read socket, as in the
+    # stack; without an index worker nobody answers there, as when it is down.
+    reads = index_worker.serve_reads(settings, generations) if with_index_worker else None
+    reader = open_reader(settings, database.sessions, query_embedder())
     try:
-        with ThreadPoolExecutor(8) as executor:
+        with ThreadPoolExecutor(8) as executor, ThreadPoolExecutor(16) as live_executor:
             workers = []
             if with_orchestrator:
-                workers.append(
-                    orchestrator.build_worker(
-                        client, settings, database.sessions, embedder.tokenizer, executor
-                    )
+                workers += orchestrator.build_workers(
+                    client,
+                    settings,
+                    database.sessions,
+                    query_embedder(),
+                    reader,
+                    executor,
+                    live_executor,
                 )
             if with_index_worker:
                 workers.append(
                     index_worker.build_worker(
                         client,
                         settings,
-                        index,
+                        generations,
                         embedder,
                         database.sessions,
                         executor,
@@ -243,6 +265,9 @@ async def running_stack(
                     await running.enter_async_context(worker)
                 yield Stack(settings, client, database, index, embedder)
     finally:
+        reader.close()
+        if reads is not None:
+            reads.close()
         index.close()
 
 

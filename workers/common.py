@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import start_http_server
+from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -19,8 +22,12 @@ from temporalio.worker import (
     Interceptor,
     Worker,
 )
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ragkit import failpoints, metrics
+from ragkit.embedding import Embedder, load_embedder
+from ragkit.index.generations import Generations
+from ragkit.index.reads import ActiveReader, IndexReader, ReadClient
 from ragkit.policies import PolicyTable
 from ragkit.settings import Settings
 from workflows.calls import PolicyTableInterceptor
@@ -64,6 +71,17 @@ def worker_interceptors(settings: Settings) -> list[Interceptor]:
     if settings.worker.failpoints_file is not None:
         found.append(Failpoints())
     return found
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox, with our own `workflows` package passed through: the sandbox otherwise
+    re-imports each workflow module for every run, ~20 ms of an answer's CPU on 2 cores
+    (bench/serving.py replays a recorded answer both ways). What the sandbox would have caught in
+    that code (a clock, randomness, I/O) is kept out by tests/workflows/test_determinism.py and
+    the import contracts, and tests/workflows/test_replay.py replays under the full sandbox."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+    )
 
 
 class Failpoints(Interceptor):
@@ -110,16 +128,43 @@ class _ActivityMetricsInbound(ActivityInboundInterceptor):
 
 
 async def run_until_signalled(
-    worker: Worker, on_stop: Callable[[], Awaitable[None]] | None = None
+    *workers: Worker, on_stop: Callable[[], Awaitable[None]] | None = None
 ) -> None:
-    """Run a worker until SIGINT/SIGTERM, then let in-flight activities finish (graceful)."""
+    """Run workers until SIGINT/SIGTERM, then let in-flight activities finish (graceful)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with worker:
-        log.info("worker polling task queue %s", worker.task_queue)
+    async with contextlib.AsyncExitStack() as running:
+        for worker in workers:
+            await running.enter_async_context(worker)
+            log.info("worker polling task queue %s", worker.task_queue)
         await stop.wait()
-        log.info("worker on %s shutting down", worker.task_queue)
+        log.info("workers on %s shutting down", ", ".join(w.task_queue for w in workers))
     if on_stop is not None:
         await on_stop()
+
+
+def load_embedder_for(settings: Settings) -> Embedder:
+    """The configured embedding model, loaded (the index worker's for passages, the
+    orchestrator's for queries)."""
+    if settings.profile == "embedded":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads on an embedded machine
+    return load_embedder(
+        settings.embedding.model,
+        settings.embedding.device,
+        settings.embedding.max_length,
+        settings.embedding.batch_size,
+    )
+
+
+def open_reader(
+    settings: Settings, sessions: sessionmaker[Session], embedder: Embedder
+) -> IndexReader:
+    """How live retrieval reads the index: a Qdrant server directly; the Edge index through
+    its one opener, the index worker, on its read socket."""
+    if settings.index.backend == "qdrant":
+        return ActiveReader(Generations(settings, sessions, embedder.name, embedder.dimension))
+    return ReadClient(
+        settings.read_socket_path, embedder.name, settings.index.qdrant_timeout_seconds
+    )

@@ -21,15 +21,21 @@ from activities.rerank import RerankActivities
 from activities.vector_index import VectorIndexActivities
 from durable_rag.client import RagClient
 from ragkit.db import IndexGeneration, make_sessionmaker
-from ragkit.embedding import Embedder, load_embedder
+from ragkit.embedding import Embedder
 from ragkit.gpu import register_gpu_metrics
 from ragkit.index import VectorIndex
 from ragkit.index.generations import Generations
+from ragkit.index.reads import ActiveReader, ReadServer
 from ragkit.logs import setup_logging
 from ragkit.rerank import Reranker, load_reranker
 from ragkit.settings import Settings
 from ragkit.temporal import connect
-from workers.common import make_runtime, run_until_signalled, worker_interceptors
+from workers.common import (
+    load_embedder_for,
+    make_runtime,
+    run_until_signalled,
+    worker_interceptors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +83,21 @@ def build_worker(
     )
 
 
-def load_embedder_for(settings: Settings) -> Embedder:
-    if settings.profile == "embedded":
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads on an embedded machine
-    return load_embedder(
-        settings.embedding.model,
-        settings.embedding.device,
-        settings.embedding.max_length,
-        settings.embedding.batch_size,
-    )
+def serve_reads(settings: Settings, generations: Generations) -> ReadServer | None:
+    """Edge backend: serve the orchestrator's live searches on the read socket (this process is
+    the index's one opener). A Qdrant server is read by the orchestrator directly."""
+    if settings.index.backend != "edge":
+        return None
+    return ReadServer(
+        settings.read_socket_path, ActiveReader(generations), generations.embedding_model
+    ).start()
+
+
+def yield_cpu_to_live_work(settings: Settings) -> None:
+    """Embedded profile: this process embeds in bulk (ingest, rebuild) on the cores that also
+    answer live questions; a lower CPU priority makes bulk embedding take the idle cycles."""
+    if settings.profile == "embedded" and settings.worker.bulk_nice:
+        os.nice(settings.worker.bulk_nice)
 
 
 async def main(settings: Settings) -> None:
@@ -106,7 +118,11 @@ async def main(settings: Settings) -> None:
     )
     client = await connect(settings, make_runtime(settings))
 
+    reads = serve_reads(settings, generations)
+
     async def close_index() -> None:
+        if reads is not None:
+            reads.close()
         generations.close()
 
     with ThreadPoolExecutor(settings.worker.max_concurrent_activities) as executor:
@@ -119,6 +135,7 @@ async def main(settings: Settings) -> None:
             # current one (or keyword search, for another model's) keeps serving.
             log.warning("index generation %s: %s; starting a rebuild", active.name, reason)
             await RagClient(client, settings).start_rebuild()
+        yield_cpu_to_live_work(settings)  # once loaded: a slow start would only delay readiness
         await run_until_signalled(worker, on_stop=close_index)
 
 

@@ -1,7 +1,14 @@
 """Orchestrator worker: every workflow, plus the activities that touch files and Postgres.
 
-Queue: settings.workflow_task_queue (rag-workflows). Light on memory: it loads the embedding
-model's tokenizer (for chunking), never the weights.
+One process, two workers with their own slots and threads:
+- bulk, queue settings.workflow_task_queue (rag-workflows): every workflow (ingest, delete,
+  compaction, rebuild, evaluation, and runs of the others started there) and every activity;
+- live, queue settings.live_task_queue (rag-live): search, answer and conversation workflows and
+  their local activities, so a live question never waits behind a bulk workflow's task or a
+  staging batch.
+
+Live retrieval is local: this process embeds the query with its own copy of the embedding model
+(whose tokenizer also chunks documents) and reads the index through `ragkit.index.reads`.
 """
 
 from __future__ import annotations
@@ -21,12 +28,21 @@ from activities.costs import CostActivities
 from activities.documents import DocumentActivities
 from activities.evaluation import EvaluationActivities
 from activities.history import HistoryActivities
+from activities.retrieval import RetrievalActivities
 from ragkit.db import make_sessionmaker
-from ragkit.embedding import load_tokenizer
+from ragkit.embedding import Embedder
+from ragkit.index.reads import IndexReader
 from ragkit.logs import setup_logging
 from ragkit.settings import Settings
 from ragkit.temporal import connect
-from workers.common import make_runtime, run_until_signalled, worker_interceptors
+from workers.common import (
+    load_embedder_for,
+    make_runtime,
+    open_reader,
+    run_until_signalled,
+    worker_interceptors,
+    workflow_runner,
+)
 from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow
@@ -46,6 +62,8 @@ WORKFLOWS = [
     RebuildIndexWorkflow,
     EvaluationWorkflow,
 ]
+# What the live worker runs: the flows a person waits on.
+LIVE_WORKFLOWS = [SearchWorkflow, AnswerWorkflow, ConversationWorkflow]
 log = logging.getLogger(__name__)
 
 
@@ -53,13 +71,16 @@ def build_worker(
     client: Client,
     settings: Settings,
     sessions: sessionmaker[Session],
-    tokenizer: Any,
+    embedder: Embedder,
+    reader: IndexReader,
     executor: ThreadPoolExecutor,
     task_queue: str | None = None,
+    live: bool = False,
 ) -> Worker:
+    """The bulk worker, or with `live` the live one (live flows and their local activities)."""
     documents = DocumentActivities(
         sessions,
-        tokenizer,
+        embedder.tokenizer,
         chunk_tokens=settings.ingest.chunk_tokens,
         chunk_overlap=settings.ingest.chunk_overlap,
         max_document_bytes=settings.ingest.max_document_bytes,
@@ -68,48 +89,83 @@ def build_worker(
     costs = CostActivities(sessions)
     history = HistoryActivities(sessions)
     evaluation = EvaluationActivities(sessions)
+    retrieval = RetrievalActivities(embedder, reader)
+    answering: list[Any] = [
+        retrieval.search_vectors,
+        documents.hydrate_hits,
+        documents.keyword_search,
+        cache.lookup_cached_answer,
+        cache.store_answer,
+        costs.record_cost,
+        costs.record_shadow,
+        history.load_conversation,
+        history.append_turn,
+        history.save_summary,
+        history.delete_conversation,
+    ]
+    bulk: list[Any] = [
+        documents.discover_files,
+        documents.stage_batch,
+        documents.commit_batch,
+        documents.discard_pending,
+        documents.tombstone_document,
+        documents.purge_document,
+        documents.purge_dead_chunks,
+        documents.chunk_stats,
+        documents.vacuum_chunks,
+        costs.purge_transcripts,
+        evaluation.store_eval_report,
+    ]
+    t, w = settings.temporal, settings.worker
     return Worker(
         client,
-        task_queue=task_queue or settings.temporal.workflow_task_queue,
+        task_queue=task_queue or (t.live_task_queue if live else t.workflow_task_queue),
         interceptors=worker_interceptors(settings),
-        graceful_shutdown_timeout=timedelta(seconds=settings.worker.drain_seconds),
-        workflows=WORKFLOWS,
-        activities=[
-            documents.discover_files,
-            documents.stage_batch,
-            documents.commit_batch,
-            documents.discard_pending,
-            documents.tombstone_document,
-            documents.purge_document,
-            documents.purge_dead_chunks,
-            documents.chunk_stats,
-            documents.vacuum_chunks,
-            documents.hydrate_hits,
-            documents.keyword_search,
-            cache.lookup_cached_answer,
-            costs.purge_transcripts,
-            costs.record_shadow,
-            cache.store_answer,
-            costs.record_cost,
-            history.load_conversation,
-            history.append_turn,
-            history.save_summary,
-            history.delete_conversation,
-            evaluation.store_eval_report,
-        ],
+        graceful_shutdown_timeout=timedelta(seconds=w.drain_seconds),
+        workflows=LIVE_WORKFLOWS if live else WORKFLOWS,
+        workflow_runner=workflow_runner(),
+        activities=answering if live else answering + bulk,
         activity_executor=executor,
-        max_concurrent_activities=settings.worker.max_concurrent_activities,
+        max_concurrent_activities=w.live_max_concurrent_activities
+        if live
+        else w.max_concurrent_activities,
+        max_concurrent_local_activities=w.live_max_concurrent_activities
+        if live
+        else w.max_concurrent_activities,
     )
+
+
+def build_workers(
+    client: Client,
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    embedder: Embedder,
+    reader: IndexReader,
+    executor: ThreadPoolExecutor,
+    live_executor: ThreadPoolExecutor,
+) -> list[Worker]:
+    """The bulk and the live worker of one orchestrator process, each with its own threads."""
+    return [
+        build_worker(client, settings, sessions, embedder, reader, executor),
+        build_worker(client, settings, sessions, embedder, reader, live_executor, live=True),
+    ]
 
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
-    tokenizer = load_tokenizer(settings.embedding.model)
+    embedder = load_embedder_for(settings)
     sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
+    reader = open_reader(settings, sessions, embedder)
     client = await connect(settings, make_runtime(settings))
-    with ThreadPoolExecutor(settings.worker.max_concurrent_activities) as executor:
-        worker = build_worker(client, settings, sessions, tokenizer, executor)
-        await run_until_signalled(worker)
+    with (
+        ThreadPoolExecutor(settings.worker.max_concurrent_activities) as executor,
+        ThreadPoolExecutor(settings.worker.live_max_concurrent_activities) as live_executor,
+    ):
+        bulk, live = build_workers(
+            client, settings, sessions, embedder, reader, executor, live_executor
+        )
+        await run_until_signalled(bulk, live)
+    reader.close()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,13 @@ lock: the next turn never waits for it. A failed summarization loses nothing: th
 verbatim, the window trims the oldest that do not fit, and folding is tried again after the
 next turn.
 
+The `cancel_turn` signal (the gateway sends it when the client leaves or times out) stops the
+turn of one message id: a running turn cancels its AnswerWorkflow child (whose cancellation
+reaches the engine), a turn still waiting for the lock is skipped when its turn comes, and
+either way the `send` update fails with `TurnCancelled`. What stays stored: the user turn, when
+it was already appended (the record shows what was asked), and no assistant turn, as when the
+answer fails. A cancelled message id stays cancelled for this run: send a new one to ask again.
+
 Postgres is the record; this workflow only caches it. It loads the summary and the turns after
 it on its first turn, continues-as-new every `turns_per_run` turns (or when Temporal suggests
 it), and closes after `idle_seconds` without a message: the next message starts it again from
@@ -26,7 +33,12 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.history import HistoryActivities
@@ -34,10 +46,17 @@ with workflow.unsafe.imports_passed_through():
     from ragkit import ids, policies
     from ragkit.memory import pin_facts, render_summary
     from ragkit.retrieval import estimate_tokens
-    from schemas.answer import AnswerWorkflowInput, AskRequest, ChatMessage, ConversationWindow
+    from schemas.answer import (
+        Answer,
+        AnswerWorkflowInput,
+        AskRequest,
+        ChatMessage,
+        ConversationWindow,
+    )
     from schemas.conversation import (
         AppendTurnInput,
         ChatReply,
+        ChatRequest,
         ChatUpdate,
         ConversationInput,
         ConversationKey,
@@ -47,14 +66,24 @@ with workflow.unsafe.imports_passed_through():
         TurnMessage,
     )
     from workflows.answer import AnswerWorkflow
-    from workflows.calls import call, describe
+    from workflows.calls import call, degrade, describe
 
 # Chat-template tokens around each turn (role markers, separators).
 TURN_OVERHEAD_TOKENS = 4
+# The `send` update's failure type when the turn was stopped by `cancel_turn`.
+TURN_CANCELLED = "TurnCancelled"
 
 
 def turn_tokens(turn: TurnMessage) -> int:
     return estimate_tokens(turn.text) + TURN_OVERHEAD_TOKENS
+
+
+def ended_cancelled(child: asyncio.Task[Answer]) -> bool:
+    """The child workflow ended cancelled (or its handle's wait was)."""
+    if child.cancelled():
+        return True
+    error = child.exception()
+    return isinstance(error, ChildWorkflowError) and isinstance(error.cause, CancelledError)
 
 
 @workflow.defn
@@ -78,6 +107,8 @@ class ConversationWorkflow:
         self.summary_failures = 0
         self.retry_summary_after = -1  # after a failure, fold again once this turn exists
         self.closing = False
+        self.cancelled: set[str] = set()  # message ids whose turn was stopped (cancel_turn)
+        self.answering: dict[str, workflow.ChildWorkflowHandle[AnswerWorkflow, Answer]] = {}
 
     @workflow.run
     async def run(self, wf_input: ConversationInput) -> None:
@@ -126,6 +157,16 @@ class ConversationWorkflow:
         if self.closing:
             raise ValueError("this conversation was deleted")
 
+    @workflow.signal
+    def cancel_turn(self, message_id: str) -> None:
+        """Stop the turn of `message_id`: its answer is cancelled if it runs, or the turn is
+        skipped if it still waits; its `send` fails with TurnCancelled. A turn already done,
+        or an unknown id, is left alone."""
+        self.cancelled.add(message_id)
+        child = self.answering.get(message_id)
+        if child is not None:
+            child.cancel()
+
     @workflow.update
     async def delete(self) -> int:
         """Remove the conversation, its turns and summaries; returns the turns removed."""
@@ -156,6 +197,7 @@ class ConversationWorkflow:
 
     async def _turn(self, update: ChatUpdate) -> ChatReply:
         request = update.request
+        self._unless_cancelled(request.message_id)
         await self._load()
         user = TurnMessage(ordinal=self.next_ordinal, role="user", text=request.message)
         await call(
@@ -173,35 +215,15 @@ class ConversationWorkflow:
         history, dropped = self._window()
         self.turns.append(user)
 
-        answer = await workflow.execute_child_workflow(
-            AnswerWorkflow.run,
-            AnswerWorkflowInput(
-                request=AskRequest(
-                    tenant=request.tenant,
-                    question=request.message,
-                    conversation_id=request.conversation_id,
-                    top_k=request.top_k,
-                    max_answer_tokens=request.max_answer_tokens,
-                ),
-                plan=self.input.plan.model_copy(update={"model": request.model})
-                if request.model
-                else self.input.plan,
-                history=history,
-                stream_id=request.stream_id,
-            ),
-            id=ids.turn_answer_workflow_id(self.workflow_id, user.ordinal),
-            static_summary=f"answer turn {user.ordinal}: {request.message[:60]}",
-            memo={"tenant": request.tenant},
-        )
+        answer = await self._answer(request, user.ordinal, history)
         if dropped:
-            answer = answer.model_copy(
-                update={
-                    "degradations": [
-                        *answer.degradations,
-                        f"{dropped} earlier turn(s) left out of the prompt to fit its budget",
-                    ]
-                }
+            degradations = list(answer.degradations)
+            degrade(
+                degradations,
+                "turns_dropped",
+                f"{dropped} earlier turn(s) left out of the prompt to fit its budget",
             )
+            answer = answer.model_copy(update={"degradations": degradations})
 
         reply = TurnMessage(ordinal=self.next_ordinal, role="assistant", text=answer.answer)
         await call(
@@ -233,6 +255,55 @@ class ConversationWorkflow:
             + sum(estimate_tokens(t.content) + TURN_OVERHEAD_TOKENS for t in history.turns),
             history_dropped=dropped,
         )
+
+    def _unless_cancelled(self, message_id: str) -> None:
+        if message_id in self.cancelled:
+            raise ApplicationError(
+                f"the turn of message {message_id!r} was cancelled",
+                type=TURN_CANCELLED,
+                non_retryable=True,
+            )
+
+    async def _answer(
+        self, request: ChatRequest, ordinal: int, history: ConversationWindow
+    ) -> Answer:
+        """The turn's AnswerWorkflow child; TurnCancelled when cancel_turn stopped it. The same
+        commands as execute_child_workflow: start the child, then wait for its result."""
+        self._unless_cancelled(request.message_id)  # cancelled while the user turn was stored
+        child = await workflow.start_child_workflow(
+            AnswerWorkflow.run,
+            AnswerWorkflowInput(
+                request=AskRequest(
+                    tenant=request.tenant,
+                    question=request.message,
+                    conversation_id=request.conversation_id,
+                    top_k=request.top_k,
+                    max_answer_tokens=request.max_answer_tokens,
+                ),
+                plan=self.input.plan.model_copy(update={"model": request.model})
+                if request.model
+                else self.input.plan,
+                history=history,
+                stream_id=request.stream_id,
+            ),
+            id=ids.turn_answer_workflow_id(self.workflow_id, ordinal),
+            static_summary=f"answer turn {ordinal}: {request.message[:60]}",
+            memo={"tenant": request.tenant},
+        )
+        self.answering[request.message_id] = child
+        if request.message_id in self.cancelled:  # cancelled while the child was starting
+            child.cancel()
+        try:
+            # Waited on, not awaited: the child's cancellation must not cancel this handler.
+            await workflow.wait([child])
+        except asyncio.CancelledError:
+            child.cancel()  # this handler cancelled: the child with it, as when awaited
+            raise
+        finally:
+            del self.answering[request.message_id]
+        if request.message_id in self.cancelled and ended_cancelled(child):
+            self._unless_cancelled(request.message_id)
+        return child.result()  # the answer (it may have beaten the cancel), or its failure
 
     async def _load(self) -> None:
         if self.loaded:

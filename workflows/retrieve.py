@@ -1,7 +1,8 @@
 """Hybrid retrieval, the steps the search and answer workflows share (workflow code, no I/O).
 
-  dense search (index worker: embed + search) || keyword search (Postgres, local activity)
-  -> fuse with the plan's method and weights.
+  vector search (local activity: the orchestrator embeds the query and reads the index)
+  || keyword search (local activity: Postgres full text) -> fuse with the plan's method and
+  weights. No task queue round trip: both are recorded with the workflow task's completion.
 
 Either retriever failing or timing out leaves the other to serve alone; the result says so.
 """
@@ -17,6 +18,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.documents import DocumentActivities
+    from activities.retrieval import RetrievalActivities
     from activities.vector_index import VectorIndexActivities
     from ragkit.retrieval import Scored, fuse
     from schemas.search import (
@@ -29,6 +31,9 @@ with workflow.unsafe.imports_passed_through():
         VectorSearchOutput,
     )
     from workflows.calls import call, degrade, describe, is_cancellation
+
+# Runs started before this patch searched on the index worker's queue (`dense_search`).
+LIVE_RETRIEVAL = "live-retrieval"
 
 
 @dataclass
@@ -113,9 +118,16 @@ async def _no_dense() -> VectorSearchOutput:
 async def _dense(
     tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
 ) -> VectorSearchOutput:
+    search = DenseSearchInput(tenant=tenant, query=query, limit=limit, document_ids=document_ids)
+    if workflow.patched(LIVE_RETRIEVAL):
+        return await call(
+            RetrievalActivities.search_vectors,
+            search,
+            summary=f"embed the query and search the vector index, top {limit}",
+        )
     return await call(
         VectorIndexActivities.dense_search,
-        DenseSearchInput(tenant=tenant, query=query, limit=limit, document_ids=document_ids),
+        search,
         summary=f"embed the query and search the vector index, top {limit}",
     )
 

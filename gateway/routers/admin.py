@@ -51,6 +51,7 @@ async def readiness(settings: Settings, sessions: Any, rag: RagClient) -> dict[s
         checks["postgres"] = f"unreachable: {type(exc).__name__}"
     queues = {
         "orchestrator worker": settings.temporal.workflow_task_queue,
+        "live worker": settings.temporal.live_task_queue,
         "index worker": settings.temporal.index_task_queue,
         "llm worker": policies.llm_queue(settings.llm.name),
     }

@@ -1,10 +1,20 @@
-"""Answers with citations: `/v1/ask`, and its Server-Sent Events stream."""
+"""Answers with citations: `/v1/ask`, and its Server-Sent Events stream.
+
+Both are admitted first (429 with Retry-After when the model is full, nothing started), and
+both cancel the answer's run when the client leaves or the access timeout passes."""
 
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
-from gateway.answering import answer_events, finish_answer, start_answer, start_streamed_answer
-from gateway.deps import AppSettings, Listener, Rag, Tenant
+from gateway.answering import (
+    admit,
+    answer_events,
+    finish_answer,
+    released,
+    start_answer,
+    start_streamed_answer,
+)
+from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
 from schemas.answer import Answer, AskRequest
 from schemas.gateway import AskBody
 
@@ -13,11 +23,19 @@ router = APIRouter()
 
 @router.post("/v1/ask", response_model=Answer)
 async def ask(
-    body: AskBody, request: Request, tenant: Tenant, rag: Rag, settings: AppSettings
+    body: AskBody,
+    request: Request,
+    tenant: Tenant,
+    rag: Rag,
+    settings: AppSettings,
+    admission: Admit,
 ) -> Answer:
+    """The answer (citations, timings, degradations). A client that leaves before it is done
+    cancels it, and generation stops."""
     ask_request = AskRequest(tenant=tenant, **body.model_dump())
-    handle = await start_answer(rag, ask_request, request.state.request_id)
-    return await finish_answer(handle, settings.gateway.request_timeout_seconds)
+    with await admit(request, admission, rag, body.model, ask_request.max_answer_tokens):
+        handle = await start_answer(rag, ask_request, request.state.request_id)
+        return await finish_answer(handle, settings.access_timeout_seconds, request)
 
 
 @router.post(
@@ -32,12 +50,18 @@ async def ask_stream(
     rag: Rag,
     listener: Listener,
     settings: AppSettings,
+    admission: Admit,
 ) -> EventSourceResponse:
     """Server-Sent Events: `start`, `token`..., then `answer` (citations, timings,
     degradations) or `error`. Leaving early cancels the answer."""
     ask_request = AskRequest(tenant=tenant, **body.model_dump())
-    handle, stream_id, queue = await start_streamed_answer(
-        rag, listener, ask_request, request.state.request_id
-    )
-    timeout = settings.gateway.request_timeout_seconds
-    return EventSourceResponse(answer_events(handle, stream_id, queue, listener, timeout))
+    ticket = await admit(request, admission, rag, body.model, ask_request.max_answer_tokens)
+    try:
+        handle, stream_id, queue = await start_streamed_answer(
+            rag, listener, ask_request, request.state.request_id
+        )
+    except BaseException:
+        ticket.release()
+        raise
+    timeout = settings.access_timeout_seconds
+    return released(answer_events(handle, stream_id, queue, listener, timeout), ticket)

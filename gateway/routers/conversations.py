@@ -1,26 +1,35 @@
 """Conversations: send a message (a turn, or its Server-Sent Events stream), read the history,
-delete it. A turn is part of the conversation's record: a client that leaves does not stop it."""
+delete it.
+
+A message is admitted like an answer (429 with Retry-After, nothing started). A client that
+leaves, or a turn past the access timeout, stops the turn (`RagClient.cancel_turn`): its answer
+and generation are cancelled, the user turn stays stored and no assistant turn is; a retry with
+the same message id gets 409, a new message id asks again."""
 
 import asyncio
 import functools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Request
 from sse_starlette import EventSourceResponse
 from temporalio.client import WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
-from gateway.answering import open_stream
-from gateway.deps import AppSettings, Listener, Rag, Tenant
+from gateway.answering import CLIENT_LEFT, ClientLeft, admit, open_stream, released, until_done
+from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
 from gateway.errors import error_event, http_error
-from gateway.streams import Token, relay
+from gateway.streams import Token, in_background, relay
+from ragkit.metrics import ANSWER_TIMEOUTS
 from ragkit.streaming import TokenListener
 from schemas.conversation import CONVERSATION_ID_PATTERN, ChatReply, ConversationHistory
 from schemas.gateway import MessageBody
 
 router = APIRouter()
+log = logging.getLogger("durable_rag.gateway")
 
 ConversationIdPath = Annotated[str, Path(pattern=CONVERSATION_ID_PATTERN)]
 
@@ -30,6 +39,10 @@ def check_message(rag: RagClient, body: MessageBody) -> None:
         rag.context_tokens(body.max_answer_tokens)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
+
+
+def message_id(body: MessageBody, request: Request) -> str:
+    return body.message_id or request.state.request_id
 
 
 def send(
@@ -44,11 +57,22 @@ def send(
         conversation_id,
         body.message,
         tenant=tenant,
-        message_id=body.message_id or request.state.request_id,
+        message_id=message_id(body, request),
         top_k=body.top_k,
         max_answer_tokens=body.max_answer_tokens,
         stream_id=stream_id,
     )
+
+
+async def stop_turn(
+    rag: RagClient, conversation_id: str, tenant: str, message: str, why: str
+) -> None:
+    """Cancel the turn of `message`, so its generation stops."""
+    try:
+        running = await rag.cancel_turn(conversation_id, tenant, message)
+        log.info("stopped the turn of %s in %s (%s): %s", message, conversation_id, running, why)
+    except RPCError as exc:
+        log.warning("could not stop the turn of %s in %s: %s", message, conversation_id, exc)
 
 
 @router.post("/v1/conversations/{conversation_id}/messages", response_model=ChatReply)
@@ -59,19 +83,28 @@ async def send_message(
     tenant: Tenant,
     rag: Rag,
     settings: AppSettings,
+    admission: Admit,
 ) -> ChatReply:
+    """The reply. A client that leaves before it comes, or the access timeout, stops the turn."""
     check_message(rag, body)
-    timeout = settings.gateway.request_timeout_seconds
-    try:
-        return await asyncio.wait_for(
-            send(rag, conversation_id, body, request, tenant), timeout=timeout
-        )
-    except TimeoutError as exc:
-        raise HTTPException(
-            504, f"no reply within {timeout:g} s; the turn goes on and its reply is stored"
-        ) from exc
-    except WorkflowUpdateFailedError as exc:
-        raise http_error(exc) from exc
+    timeout = settings.access_timeout_seconds
+    stop = functools.partial(stop_turn, rag, conversation_id, tenant, message_id(body, request))
+    with await admit(request, admission, rag, None, body.max_answer_tokens):
+        try:
+            return await until_done(
+                send(rag, conversation_id, body, request, tenant), request, timeout
+            )
+        except TimeoutError as exc:
+            ANSWER_TIMEOUTS.labels("turn").inc()
+            await stop(f"no reply within {timeout:g} s")
+            raise HTTPException(
+                504, f"no reply within {timeout:g} s; the turn was cancelled"
+            ) from exc
+        except ClientLeft as exc:
+            await stop("the client left")
+            raise HTTPException(CLIENT_LEFT, "the client left; the turn was cancelled") from exc
+        except WorkflowUpdateFailedError as exc:
+            raise http_error(exc) from exc
 
 
 @router.post(
@@ -87,41 +120,55 @@ async def send_message_stream(
     rag: Rag,
     listener: Listener,
     settings: AppSettings,
+    admission: Admit,
 ) -> EventSourceResponse:
-    """Server-Sent Events: `token`..., then `reply` (the ChatReply) or `error`. A turn is
-    part of the conversation's record: a client that leaves does not stop it, and its
-    reply is stored (GET the conversation)."""
+    """Server-Sent Events: `token`..., then `reply` (the ChatReply) or `error`. A client that
+    leaves stops the turn (its user turn stays stored, no reply is)."""
     check_message(rag, body)
-    stream_id, queue = await open_stream(listener)
+    ticket = await admit(request, admission, rag, None, body.max_answer_tokens)
+    try:
+        stream_id, queue = await open_stream(listener)
+    except BaseException:
+        ticket.release()
+        raise
     # The turn is sent once the response starts streaming, as the events begin.
     reply = functools.partial(send, rag, conversation_id, body, request, tenant, stream_id)
-    timeout = settings.gateway.request_timeout_seconds
-    return EventSourceResponse(reply_events(reply, stream_id, queue, listener, timeout))
+    stop = functools.partial(stop_turn, rag, conversation_id, tenant, message_id(body, request))
+    timeout = settings.access_timeout_seconds
+    return released(reply_events(reply, stop, stream_id, queue, listener, timeout), ticket)
 
 
 async def reply_events(
     reply: Callable[[], Awaitable[ChatReply]],
+    stop: Callable[[str], Coroutine[Any, Any, None]],
     stream_id: str,
     queue: asyncio.Queue[Any],
     listener: TokenListener,
     timeout: float,
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncGenerator[dict[str, str], None]:
     result = asyncio.ensure_future(reply())
+    ended = False  # the turn is over: replied or failed
     try:
         async for item in relay(queue, result, timeout):
             if isinstance(item, Token):
                 yield {"event": "token", "data": json.dumps({"text": item.text})}
             else:
                 yield {"event": "reset", "data": json.dumps({"part": item.part})}
-        yield {"event": "reply", "data": result.result().model_dump_json()}
+        chat_reply = result.result()
+        ended = True
+        yield {"event": "reply", "data": chat_reply.model_dump_json()}
     except TimeoutError:
-        yield error_event(504, f"no reply within {timeout:g} s; the turn goes on")
+        ANSWER_TIMEOUTS.labels("turn_stream").inc()
+        yield error_event(504, f"no reply within {timeout:g} s; the turn was cancelled")
     except WorkflowUpdateFailedError as exc:
+        ended = True
         error = http_error(exc)
         yield error_event(error.status_code, str(error.detail))
     finally:
         listener.close_stream(stream_id)
         result.cancel()
+        if not ended:  # in a task of its own: this cleanup may itself be cancelled
+            in_background(stop("the client left or the reply timed out"))
 
 
 @router.get("/v1/conversations/{conversation_id}", response_model=ConversationHistory)

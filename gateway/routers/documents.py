@@ -72,7 +72,7 @@ async def delete_document(
     document_id: uuid.UUID, tenant: Tenant, rag: Rag, settings: AppSettings
 ) -> DocumentDeleted:
     """Delete a document: from the moment this returns, no retrieval path sees it."""
-    timeout = settings.gateway.request_timeout_seconds
+    timeout = settings.access_timeout_seconds
     try:
         return await asyncio.wait_for(rag.delete_document(document_id, tenant), timeout=timeout)
     except TimeoutError as exc:

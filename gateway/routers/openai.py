@@ -1,8 +1,10 @@
 """OpenAI compatibility: `/v1/models` and `/v1/chat/completions` (plain or streamed), answered
-by the answer flow. The request and response shapes are `gateway.openai_compat`'s."""
+by the answer flow. The request and response shapes are `gateway.openai_compat`'s. Completions
+are admitted like `/v1/ask` (429 with Retry-After, OpenAI's error shape), and a client that
+leaves or times out cancels its answer."""
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -10,10 +12,18 @@ from sse_starlette import EventSourceResponse
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from gateway import openai_compat
-from gateway.answering import cancel_later, finish_answer, start_answer, start_streamed_answer
-from gateway.deps import AppSettings, Listener, Rag, Tenant
+from gateway.answering import (
+    admit,
+    cancel_later,
+    finish_answer,
+    released,
+    start_answer,
+    start_streamed_answer,
+)
+from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
 from gateway.errors import http_error
 from gateway.streams import Reset, Token, relay
+from ragkit.metrics import ANSWER_TIMEOUTS
 from ragkit.streaming import TokenListener
 from schemas.answer import Answer
 from schemas.gateway import ChatCompletionBody
@@ -34,6 +44,7 @@ async def chat_completions(
     rag: Rag,
     listener: Listener,
     settings: AppSettings,
+    admission: Admit,
 ) -> dict[str, Any] | EventSourceResponse:
     """OpenAI's chat completions, answered with retrieval: the last message is the
     question, earlier user and assistant messages are the conversation so far. The answer's
@@ -48,14 +59,21 @@ async def chat_completions(
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
     trace_id = request.state.request_id
-    timeout = settings.gateway.request_timeout_seconds
+    timeout = settings.access_timeout_seconds
+    ticket = await admit(request, admission, rag, model, ask_request.max_answer_tokens)
     if not body.stream:
-        handle = await start_answer(rag, ask_request, trace_id, history=history)
-        return openai_compat.completion(await finish_answer(handle, timeout), body.model)
-    handle, stream_id, queue = await start_streamed_answer(
-        rag, listener, ask_request, trace_id, history
-    )
-    return EventSourceResponse(chunks(handle, body, stream_id, queue, listener, timeout))
+        with ticket:
+            handle = await start_answer(rag, ask_request, trace_id, history=history)
+            answer = await finish_answer(handle, timeout, request)
+        return openai_compat.completion(answer, body.model)
+    try:
+        handle, stream_id, queue = await start_streamed_answer(
+            rag, listener, ask_request, trace_id, history
+        )
+    except BaseException:
+        ticket.release()
+        raise
+    return released(chunks(handle, body, stream_id, queue, listener, timeout), ticket)
 
 
 async def chunks(
@@ -65,7 +83,7 @@ async def chunks(
     queue: asyncio.Queue[Any],
     listener: TokenListener,
     timeout: float,
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncGenerator[dict[str, str], None]:
     """`chat.completion.chunk` events, then `[DONE]`. A client that leaves cancels the
     workflow."""
     chunker = openai_compat.Chunker(handle.id, body.model)
@@ -86,6 +104,7 @@ async def chunks(
         ):
             yield {"data": data}
     except TimeoutError:
+        ANSWER_TIMEOUTS.labels("answer_stream").inc()
         yield {"data": openai_compat.error(504, f"no answer within {timeout:g} s")}
     except WorkflowFailureError as exc:
         closed = True

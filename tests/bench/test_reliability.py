@@ -1,21 +1,29 @@
 """The reliability suite in CI: a 60-second soak smoke and the fast subset of the fault matrix,
 on one embedded stack of real processes (bench/stack.py).
 
-The full matrix (eight faults) is `make faults`; the 10-minute soak is `make soak`. Both are the
+The full matrix (nine faults, among them the orchestrator killed inside an answer's retrieval,
+left out here for its minutes) is `make faults`; the 10-minute soak is `make soak`. Both are the
 same code as here, run longer.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from bench.faults import FAST, FAULTS, format_table, run_matrix
+from bench.load import DEGRADATION_KINDS
 from bench.soak import format_report, run_soak
 from bench.stack import ProcessStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# Last window's P99 over the first's in the one-minute smoke. Measured x1.0-1.5 on 2 shared
+# cores; the bound leaves room for a noisy CI neighbour, not for a tail that keeps growing.
+P99_DRIFT_BOUND = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +48,10 @@ async def test_a_minute_of_mixed_load_has_no_failure_and_reports_windows_and_mem
     parts = {"temporal", "postgres", "worker-orchestrator", "worker-index", "worker-llm"}
     assert set(report.windows[0].rss_mb) == parts
     assert all(mb > 10 for mb in report.windows[-1].rss_mb.values()), report.windows[-1].rss_mb
-    assert report.p99_drift > 0
+    # A steady load keeps its tail: the last window's P99 within P99_DRIFT_BOUND x the first's.
+    assert 0 < report.p99_drift < P99_DRIFT_BOUND, [(w.start_s, w.p99_ms) for w in report.windows]
+    # No fault, no fallback: every answer and turn served by the primary path, hybrid retrieval.
+    assert report.degraded == 0, (report.degradations, report.examples)
 
 
 async def test_the_fast_fault_subset_loses_nothing_duplicates_nothing_fails_nothing(
@@ -52,6 +63,30 @@ async def test_the_fast_fault_subset_loses_nothing_duplicates_nothing_fails_noth
     for row in rows:
         assert row.requests > 0
         assert row.clean, f"{row.fault}: {row.details}"
-    # The faults did strike: a dense search past its timeout makes answers keyword-only.
+    # The faults did strike: a live vector search past its timeout makes answers keyword-only.
     (slow,) = [r for r in rows if r.fault == "slow_activity"]
-    assert slow.degraded > 0
+    assert slow.degradations.get("keyword_only", 0) > 0, slow.degradations
+
+
+def _kinds(node: ast.expr) -> set[str]:
+    """The names a `kind` argument can take: a literal, or either branch of a conditional."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.IfExp):
+        return _kinds(node.body) | _kinds(node.orelse)
+    return set()
+
+
+def test_every_kind_an_answer_can_degrade_by_is_recognised_from_its_message() -> None:
+    """bench/load.degradation_kinds reads the kind back from the message in Answer.degradations:
+    a fallback added to the answer's workflows needs its row there, or it counts as "other"."""
+    recorded: set[str] = set()
+    for module in ("retrieve.py", "answer.py"):
+        tree = ast.parse((Path(__file__).parents[2] / "workflows" / module).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                position = {"degrade": 1, "best_effort": 2}.get(node.func.id)
+                if position is not None and len(node.args) > position:
+                    recorded |= _kinds(node.args[position])
+    recognised = {kind for _, kind in DEGRADATION_KINDS} | {"fallback_model", "no_model"}
+    assert recorded and recorded <= recognised, recorded - recognised

@@ -58,6 +58,45 @@ RESULTS: dict[str, dict[str, Any]] = {
         "rss_drift_mb": {"temporal": 4.0},
     },
     "retrieval": {"name": "retrieval", "error": "exit 1: boom"},
+    "serving": {
+        "name": "serving",
+        "concurrency": 50,
+        "rows": [
+            {
+                "figure": "answer overhead P50 / P99 (ms)",
+                "result": "+9.0 / +30.0 ms",
+                "target": "P50 <= 15 ms; P99 <= 40 ms",
+                "met": True,
+            }
+        ],
+        "hops": [
+            {
+                "flow": "answer (client)",
+                "hop": "generate dispatch",
+                "n": 100,
+                "p50_ms": 4.0,
+                "p99_ms": 9.0,
+            }
+        ],
+        "problems": ["serve-c1-0: HTTP 429"],
+        "note": "How to read: the rows.",
+        "dispatches": {"answer": {"remote_before_generate": {"0": 100}}},
+        "answer_overhead_p50_ms": 9.0,
+        "answer_overhead_p99_ms": 30.0,
+        "answer_plain_p50_ms": 1000.0,
+        "answer_flow_p50_ms": 1009.0,
+        "ttft_overhead_p50_ms": 55.0,
+        "ttft_plain_p50_ms": 400.0,
+        "ttft_gateway_p50_ms": 455.0,
+        "search_idle_p50_ms": 90.0,
+        "search_ingest_p50_ms": 135.0,
+        "search_ratio_p50": 1.5,
+        "concurrent_completed": 49,
+        "concurrent_streams": 50,
+        "concurrent_ratio": 0.95,
+        "concurrent_tokens_per_s": 95.0,
+        "engine_tokens_per_s": 100.0,
+    },
 }
 
 
@@ -79,13 +118,30 @@ def test_summary_puts_each_figure_beside_its_baseline_and_target() -> None:
     assert (dispatch["durable-rag"], dispatch["met"]) == (60.0, True)
 
 
+def test_the_serving_figures_are_summarized_against_their_targets() -> None:
+    rows = {
+        r["figure"].split(",")[0]: r for r in summary(RESULTS) if r["figure"].startswith("serving")
+    }
+    overhead = rows["serving: answer overhead P50 / P99 (ms)"]
+    assert (overhead["durable-rag"], overhead["met"]) == ("+9.0 / +30.0", True)
+    ttft = rows["serving: time to first token P50 (ms)"]
+    assert ttft["ratio"] == 455.0 / 400.0 and ttft["met"] is False  # 55 ms is over 40
+    search = rows["serving: search P50 (ms) during an ingest"]
+    assert (search["ratio"], search["met"]) == (1.5, True)
+    (streams,) = [r for f, r in rows.items() if "concurrent streams" in f]
+    assert "49/50 completed" in streams["figure"] and streams["met"] is False  # one did not
+
+
 def test_render_has_the_machine_every_section_and_the_recorded_runs() -> None:
     recorded = {"soak-30min": {**RESULTS["soak"], "title": "soak, 30 minutes", "note": "once"}}
     text = render(RESULTS, recorded, machine(), "2026-12-01 00:00 UTC")
     assert "**Machine:**" in text and "CPUs" in text
     for heading in ("## Summary", "## Ingest", "## Answer", "## Task dispatch", "## Vector search", "## Soak",
-                    "## Recorded: soak, 30 minutes"):  # fmt: skip
+                    "## Serving", "## Recorded: soak, 30 minutes"):  # fmt: skip
         assert heading in text, heading
     assert "Did not finish: `exit 1: boom`" in text  # a failed benchmark says so, never vanishes
     assert "| ingest throughput (chunks/s) | 20.0 | 18.2 | 0.91 | ratio >= 0.85 | yes |" in text
     assert "P99 x1.10" in text and "temporal +4 MB" in text
+    assert "| answer (client) | generate dispatch | 100 | 4.00 | 9.00 |" in text  # the hops
+    assert "- serve-c1-0: HTTP 429" in text
+    assert "How to read: the rows." in text and "| answer | 0 100 |" in text

@@ -457,7 +457,7 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
     batch = uuid.uuid4().hex[:8]
     questions = [QUESTION, "Where did the Great Fire of London begin?", "What do lighthouses do?"]
 
-    async def one(http: httpx.AsyncClient, n: int) -> str:
+    async def one(http: httpx.AsyncClient, n: int) -> list[tuple[str, str]]:
         async with http.stream(
             "POST",
             "/v1/ask/stream",
@@ -465,18 +465,33 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
             headers=bearer(key) | {"X-Request-ID": f"load-{batch}-{n}"},
         ) as response:
             assert response.status_code == 200, await response.aread()
-            kinds = [event async for event, _ in sse(response)]
-        assert kinds[-1] in ("answer", "error"), kinds
-        return kinds[-1]
+            return [(event, data) async for event, data in sse(response)]
 
+    # Admission (ragkit/admission.py) admits llm_max_num_seqs + a queue bound derived from the
+    # P99 target per model and refuses the rest with 429; here the bound admits all 50 short
+    # answers, which the LLM worker's slots and its task queue then serve in turn.
     async with served(
-        client, module_database, embedder, engine, stream_data, gateway_request_timeout_seconds=240
+        client,
+        module_database,
+        embedder,
+        engine,
+        stream_data,
+        gateway_request_timeout_seconds=240,
+        llm_queue_bound=50,
     ) as (http, _):
-        endings = await asyncio.gather(*(one(http, n) for n in range(50)))
+        streams = await asyncio.gather(*(one(http, n) for n in range(50)))
         statuses = [await closed_status(client, f"answer-load-{batch}-{n}") for n in range(50)]
-    assert endings.count("answer") + endings.count("error") == 50
-    assert all(s in ("COMPLETED", "CANCELED", "FAILED", "TIMED_OUT") for s in statuses)
-    assert endings.count("answer") == statuses.count("COMPLETED")
+    # Every stream got its text as tokens and ended with the answer of record; none ended in an
+    # error event or without one.
+    broken = {
+        n: [e if e != "error" else f"error: {d[:200]}" for e, d in events if e != "token"]
+        for n, events in enumerate(streams)
+        if not any(e == "token" for e, _ in events) or not events or events[-1][0] != "answer"
+    }
+    assert not broken, (
+        f"{len(broken)} of 50 streams did not end cleanly: {dict(list(broken.items())[:3])}"
+    )
+    assert statuses == ["COMPLETED"] * 50, {s: statuses.count(s) for s in set(statuses)}
 
 
 async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
@@ -532,7 +547,7 @@ async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
                 'workflow_type="AnswerWorkflow",step="retrieve"}',
                 'durable_rag_workflow_step_seconds_count{job="workers",step="generate"}',
                 'durable_rag_step_seconds_count{job="gateway",step="generate"}',
-                'durable_rag_activity_seconds_count{job="gateway",activity="dense_search"}',
+                'durable_rag_activity_seconds_count{job="gateway",activity="search_vectors"}',
             ):
                 found = await prometheus_query(http, web, query, server, tmp_path)
                 assert float(found[0]["value"][1]) >= 1, query

@@ -43,3 +43,31 @@ def test_a_dimension_mismatch_with_the_existing_index_is_a_startup_error(
     index.close()
     with pytest.raises(IndexConfigError, match=r"768-dimensional.*gives 384"):
         open_index(settings, embedder.dimension)
+
+
+def test_concurrent_queries_are_encoded_together_with_the_same_vectors(
+    embedder: Embedder,
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    questions = [f"What did the survey count on day {n}?" for n in range(24)]
+    alone = [embedder.embed_query(q) for q in questions]
+    calls = 0
+    encode = embedder._model.encode_queries
+
+    def counting(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        return encode(*args, **kwargs)
+
+    embedder._model.encode_queries = counting
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            together = list(pool.map(embedder.embed_query, questions))
+    finally:
+        embedder._model.encode_queries = encode
+    for a, b in zip(alone, together, strict=True):
+        assert np.allclose(a, b, atol=1e-5)
+    assert calls < len(questions), f"{calls} encoder calls for {len(questions)} queries"

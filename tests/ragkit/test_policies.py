@@ -36,9 +36,11 @@ def activities_registered_by_workers() -> set[str]:
     for module in (orchestrator, index, llm):
         source = inspect.getsource(module.build_worker)
         tree = ast.parse(source.strip())
+        # The activities are listed in list displays (`activities=[...]`, or lists the
+        # orchestrator composes into its bulk and live workers).
         for node in ast.walk(tree):
-            if isinstance(node, ast.keyword) and node.arg == "activities":
-                names |= {elt.attr for elt in node.value.elts}  # type: ignore[attr-defined]
+            if isinstance(node, ast.List):
+                names |= {elt.attr for elt in node.elts if isinstance(elt, ast.Attribute)}
     return names
 
 

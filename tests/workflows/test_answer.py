@@ -287,8 +287,8 @@ async def test_vector_index_down_keyword_search_answers(
         embedder,
         engine,
         ingested,
-        with_index_worker=False,  # nobody serves the index queue: the vector path times out
-        activity_policies={"dense_search": {"schedule_to_close_seconds": 2}},
+        with_index_worker=False,  # nobody serves the index's read socket: the vector path fails
+        activity_policies={"search_vectors": {"schedule_to_close_seconds": 2}},
     ) as (_stack, rag, _model):
         # Two passages: a 135M model strays easily when given more.
         answer = await rag.ask(

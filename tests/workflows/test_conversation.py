@@ -211,13 +211,14 @@ async def test_killing_the_orchestrator_mid_turn_loses_no_turn_and_the_reply_arr
                 "temporal_address": temporal_server.address,
                 "workflow_task_queue": settings.temporal.workflow_task_queue,
                 "index_task_queue": settings.temporal.index_task_queue,
+                "live_task_queue": settings.temporal.live_task_queue,
             }
         )
 
         def start_orchestrator() -> Process:
             process = spawn_worker(conversation_data, "orchestrator", env)
             wait_worker_ready(
-                process, temporal_server.address, "default", settings.temporal.workflow_task_queue
+                process, temporal_server.address, "default", settings.temporal.live_task_queue
             )
             return process
 

@@ -118,6 +118,7 @@ async def test_sigkill_workers_mid_ingest_resumes_at_the_running_batch(
             "temporal_address": temporal_server.address,
             "workflow_task_queue": settings.temporal.workflow_task_queue,
             "index_task_queue": settings.temporal.index_task_queue,
+            "live_task_queue": settings.temporal.live_task_queue,
             "chunk_tokens": "128",
             "embedding_batch_size": "2",
             "activity_policies": json.dumps(policies_override),

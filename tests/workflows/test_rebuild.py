@@ -105,6 +105,7 @@ async def test_a_rebuild_killed_midway_resumes_and_the_old_generation_keeps_serv
             "temporal_address": temporal_server.address,
             "workflow_task_queue": settings.temporal.workflow_task_queue,
             "index_task_queue": settings.temporal.index_task_queue,
+            "live_task_queue": settings.temporal.live_task_queue,
             "rebuild_batch_size": "8",
             "activity_policies": json.dumps(override),
         }

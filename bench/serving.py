@@ -1,0 +1,1287 @@
+"""Serving: what a live question pays on its way through durable-rag, four figures from one run.
+
+    .venv/bin/python bench/serving.py [--requests N] [--max-tokens T] [--concurrency C]
+                                      [--rounds R] [--documents D] [--rows 1,2,3,4]
+                                      [--generation-slots S] [--loop-debug MS] [--json PATH]
+
+About 10-12 minutes on 2 CPUs with the defaults; `--requests 30` for a quicker, noisier run.
+
+1. Answer overhead: `RagClient.ask` (AnswerWorkflow) against the same calls in a plain async
+   function (rules rewrite, vector search || keyword search, fuse, hydrate, assemble, generate,
+   citations, store_answer, record_cost) on the same engine and database; P50 and P99 of the
+   paired differences. Target: P50 <= 15 ms, P99 (the floor) <= 40 ms.
+2. Time to first token through the gateway's SSE (`POST /v1/ask/stream`, uvicorn on a free port)
+   against a plain pipeline that retrieves and streams from the same engine. Target: overhead
+   <= 40 ms at P50.
+3. Search P50 during an ingest of D (1,500) generated small documents, over idle. Target: <= 2.0.
+4. C (50) concurrent streamed answers through the gateway against C concurrent streams of the
+   same prompts on the engine alone: every one completes with tokens, aggregate tokens/s >= 0.9x
+   the engine's, TTFT P50/P99 of both.
+
+Rows 1, 2 and 4 run in this process over real services (bench/services.py: Temporal dev server,
+Postgres) with the orchestrator's bulk and live workers, the index worker and an LLM worker in
+process, and the gateway on uvicorn sharing their RagClient: the starter hosts the live worker, so
+live workflows start eagerly, as they do wherever a live worker and its starter share a client.
+(The embedded stack's gateway is a process of its own, so its starts are not eager: rows 1 and 2
+are the floor of what it pays.) Row 3 runs on the embedded stack as real processes (bench/stack.py), as a user runs it, so bulk
+ingest and live search contend as they would; its LLM worker is not started, since search never
+reaches it and loading vLLM would only take a minute and a GiB from the figure.
+
+Sides alternate request by request (rows 1 and 2), rounds go engine, gateway, gateway, engine
+(row 4), and the idle searches are split before and after the ingest (row 3), so drift on a noisy
+machine hits both sides. A breakdown per hop, from the workflows' histories
+(`fetch_history` event times) and their own `timings_ms`, says where the time goes: the start
+(client call until the first workflow task starts), the local steps, the workflow tasks, the
+dispatch of `generate` to the LLM worker, and from the engine's first token to the SSE frame. It
+also counts the remote activity dispatches before `generate` per answer (the goal is 0: one hop
+to the engine); local activities are MarkerRecorded events. Two probes in this process add
+detail without changing what runs: the token publisher is wrapped to time each stream's first
+NOTIFY, and the recorded answer histories are replayed with and without the SDK's sandbox (the
+workflow code's own CPU per answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import httpx  # noqa: E402
+import uvicorn  # noqa: E402
+from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
+from temporalio.client import Client, WorkflowHistory  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner  # noqa: E402
+
+from activities.answer_cache import AnswerCacheActivities  # noqa: E402
+from activities.costs import CostActivities  # noqa: E402
+from activities.documents import DocumentActivities  # noqa: E402
+from activities.retrieval import RetrievalActivities  # noqa: E402
+from bench.load import QUESTIONS, SEED_DOCUMENTS, percentile  # noqa: E402
+from bench.services import bench_services, local_workers, running  # noqa: E402
+from bench.stack import ProcessStack  # noqa: E402
+from durable_rag.client import RagClient  # noqa: E402
+from durable_rag.stack.postgres import migrate  # noqa: E402
+from durable_rag.stack.process import free_port  # noqa: E402
+from gateway.app import create_app  # noqa: E402
+from ragkit import ids  # noqa: E402
+from ragkit.db import make_sessionmaker  # noqa: E402
+from ragkit.embedding import load_embedder  # noqa: E402
+from ragkit.index import open_index  # noqa: E402
+from ragkit.index.generations import Generations  # noqa: E402
+from ragkit.index.reads import ActiveReader  # noqa: E402
+from ragkit.llm.engine import EngineConfig, Generation, Messages, VllmEngine  # noqa: E402
+from ragkit.llm.models import resolve_generator  # noqa: E402
+from ragkit.retrieval import (  # noqa: E402
+    BUILTIN_USER_TEMPLATE,
+    SYSTEM_PROMPT,
+    Scored,
+    assemble_context,
+    build_prompt,
+    estimate_tokens,
+    fuse,
+    parse_citations,
+)
+from ragkit.settings import PACKAGED_MINILM, LlmSettings  # noqa: E402
+from ragkit.store import keys  # noqa: E402
+from ragkit.streaming import TokenEvent, TokenPublisher  # noqa: E402
+from ragkit.temporal import connect  # noqa: E402
+from schemas.answer import (  # noqa: E402
+    AnswerCost,
+    AskRequest,
+    ChatMessage,
+    Citation,
+    RecordCostInput,
+    StepCost,
+    StoreAnswerInput,
+)
+from schemas.search import (  # noqa: E402
+    DenseSearchInput,
+    HydrateInput,
+    KeywordSearchInput,
+    VectorHit,
+    VectorSearchOutput,
+)
+from workers import llm as llm_worker  # noqa: E402
+from workers.common import worker_interceptors  # noqa: E402
+from workers.orchestrator import LIVE_WORKFLOWS  # noqa: E402
+from workflows.answer import rewrite  # noqa: E402
+
+
+def pct(values: list[float], q: float) -> float:
+    """The percentile of the values that exist (a stream without tokens has no TTFT: NaN)."""
+    return percentile([v for v in values if not math.isnan(v)], q)
+
+
+WARMUP = 2  # requests per side, not counted: the first ones warm caches and the engine
+
+# Admission (issue 16, being added to the gateway): a model admits max_num_seqs + queue bound
+# generations in flight, beyond that the gateway answers 429. Row 4 must not be refused, so the
+# bound is raised to the concurrency. ADJUST HERE if the admission settings are named otherwise;
+# a name the settings do not (yet) have is left out and the run says so.
+ADMISSION_OVERRIDES: Callable[[int], dict[str, Any]] = lambda concurrency: {  # noqa: E731
+    "llm_queue_bound": concurrency,
+}
+
+
+# How to read the figures: in BENCHMARKS.md under the table, and in the JSON.
+NOTE = (
+    "How to read: each row compares two sides measured in the same run, alternated request by "
+    "request (row 4: rounds engine, gateway, gateway, engine). Row 1 is what orchestration costs "
+    "per answer (RagClient.ask -> AnswerWorkflow -> result) beside the same calls made directly; "
+    "its P99 pairs two noisy latencies, so read it with the per-hop P99s. Row 2 is what the "
+    "gateway, the workflow and the token stream add before a client sees the first token. Row 3 "
+    "is search on the stack as processes while an ingest runs: the contention bulk work causes. "
+    "Row 4 is 50 streamed answers at once against the engine alone on the same prompts; the gap "
+    "is what comes before generation (50 retrievals on the same CPUs) and generate's dispatch. "
+    "In the hop table, `start` and `workflow task N dispatch` are Temporal round trips, "
+    "`workflow task N run` includes that task's local activities (the `step` rows; `plain "
+    "function:` rows are the same calls made directly), `generate dispatch` is the one hop to the "
+    "LLM worker, the `of which` rows split the first token's way from the engine to the client, "
+    "and `replayed sandboxed/unsandboxed` is the workflow code's own CPU per answer with and "
+    "without the SDK's sandbox."
+)
+
+
+# --- the engine, timed ---------------------------------------------------------------------------
+
+
+class TimedEngine:
+    """The engine, noting (wall clock) when each request's first text came out of it: the start
+    of the hop from the engine's first token to the SSE frame."""
+
+    def __init__(self, engine: VllmEngine) -> None:
+        self.engine = engine
+        self.model_name = engine.model_name
+        self.max_model_len = engine.max_model_len
+        self.called: dict[str, float] = {}  # request id -> wall clock at the call
+        self.first_text: dict[str, float] = {}  # request id -> wall clock at the first text
+
+    def count_prompt_tokens(self, messages: Messages) -> int:
+        return self.engine.count_prompt_tokens(messages)
+
+    async def generate(
+        self,
+        messages: Messages,
+        max_tokens: int,
+        request_id: str,
+        on_tokens: Callable[[int, str], None] | None = None,
+    ) -> Generation:
+        self.called[request_id] = time.time()
+
+        def noted(count: int, text: str) -> None:
+            if text and request_id not in self.first_text:
+                self.first_text[request_id] = time.time()
+            if on_tokens is not None:
+                on_tokens(count, text)
+
+        return await self.engine.generate(messages, max_tokens, request_id, noted)
+
+    def running_requests(self) -> int:
+        return self.engine.running_requests()
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class PublishClock:
+    """When each token stream's first text was NOTIFYed: the generate activity's publisher in this
+    process, wrapped (instrumentation only: it calls the original). Splits the hop from the
+    engine's first token to the SSE frame into the activity's wake-up, the NOTIFY, and the way
+    from Postgres through the gateway's LISTEN and the HTTP response to the client."""
+
+    def __init__(self) -> None:
+        self.first: list[tuple[float, float]] = []  # (publish called, NOTIFY done), wall clock
+        self._seen: set[str] = set()
+
+    def install(self) -> None:
+        original = TokenPublisher.publish
+        clock = self
+
+        async def publish(publisher: TokenPublisher, event: TokenEvent) -> None:
+            began = time.time()
+            await original(publisher, event)
+            if event.text and event.stream_id not in clock._seen:
+                clock._seen.add(event.stream_id)
+                clock.first.append((began, time.time()))
+
+        setattr(TokenPublisher, "publish", publish)  # noqa: B010
+
+    def between(self, after: float, before: float) -> tuple[float, float] | None:
+        """The first publish of a stream within (after, before): one request at a time."""
+        found = [p for p in self.first if after <= p[0] <= before]
+        return min(found) if found else None
+
+
+class LoopLag:
+    """How late this process's event loop wakes a 5 ms sleep: what every hop in this process
+    (gateway, workers, engine client) waits on when synchronous work holds the loop."""
+
+    def __init__(self, every: float = 0.005) -> None:
+        self.every = every
+        self.samples: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            began = time.perf_counter()
+            await asyncio.sleep(self.every)
+            self.samples.append((time.perf_counter() - began - self.every) * 1000)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> list[float]:
+        if self._task is not None:
+            self._task.cancel()
+        return self.samples
+
+
+# --- the plain side: the same calls, no Temporal ------------------------------------------------
+
+
+@dataclass
+class Plain:
+    """The answer's calls made directly, on the activity classes the workers run."""
+
+    rag: RagClient
+    retrieval: RetrievalActivities
+    documents: DocumentActivities
+    cache: AnswerCacheActivities
+    costs: CostActivities
+    engine: TimedEngine
+    steps: dict[str, list[float]] = field(default_factory=dict)  # ms per step, when recording
+    recording: bool = False
+
+    def lap(self, step: str, began: float) -> float:
+        now = time.perf_counter()
+        if self.recording:
+            self.steps.setdefault(step, []).append((now - began) * 1000)
+        return now
+
+    async def messages(
+        self, request: AskRequest
+    ) -> tuple[Messages, list[tuple[str, str]], dict[str, Any]]:
+        """Retrieval to prompt, as AnswerWorkflow does it (workflows/answer.py, retrieve.py)."""
+        plan = self.rag.answer_plan(request.max_answer_tokens, request.top_k)
+        query = rewrite(request.question)
+        limit = plan.retrieval.candidates
+        began = time.perf_counter()
+        dense, keyword = await asyncio.gather(
+            asyncio.to_thread(
+                self.retrieval.search_vectors,
+                DenseSearchInput(tenant=request.tenant, query=query, limit=limit),
+            ),
+            asyncio.to_thread(
+                self.documents.keyword_search,
+                KeywordSearchInput(tenant=request.tenant, query=query, limit=limit),
+            ),
+        )
+        fused = fuse(
+            [Scored(str(h.chunk_id), h.score) for h in dense.hits],
+            [Scored(str(h.chunk_id), h.score) for h in keyword.hits],
+            method=plan.retrieval.fusion_method,
+            dense_weight=plan.retrieval.dense_weight,
+            keyword_weight=plan.retrieval.keyword_weight,
+        )
+        began = self.lap("retrieve", began)
+        hydrated = await asyncio.to_thread(
+            self.documents.hydrate_hits,
+            HydrateInput(
+                tenant=request.tenant,
+                hits=[VectorHit(chunk_id=uuid.UUID(s.key), score=s.score) for s in fused],
+                limit=min(request.top_k * 2, 100),
+            ),
+        )
+        self.lap("hydrate", began)
+        ranked = hydrated.passages[: request.top_k]
+        kept, _ = assemble_context(
+            [(str(p.chunk_id), p.text, float(len(ranked) - i)) for i, p in enumerate(ranked)],
+            plan.context_tokens - estimate_tokens(request.question),
+            estimate_tokens,
+        )
+        template = plan.prompt
+        user = build_prompt(
+            request.question, kept, "", template.user if template else BUILTIN_USER_TEMPLATE
+        )
+        messages = [
+            {"role": "system", "content": template.system if template else SYSTEM_PROMPT},
+            {"role": "user", "content": user},
+        ]
+        by_id = {str(p.chunk_id): p for p in hydrated.passages}
+        return messages, kept, {"by_id": by_id, "plan": plan, "dense": dense}
+
+    async def answer(self, request: AskRequest) -> None:
+        """The whole answer: what `RagClient.ask` does, without the workflow."""
+        trace_id = f"plain-{uuid.uuid4().hex}"
+        messages, kept, found = await self.messages(request)
+        began = time.perf_counter()
+        generated = await self.engine.generate(messages, request.max_answer_tokens, trace_id)
+        began = self.lap("generate", began)
+        text = generated.text.strip()
+        cited, _ = parse_citations(text, kept)
+        by_id = found["by_id"]
+        numbers = {key: n for n, (key, _) in enumerate(kept, start=1)}
+        citations = [
+            Citation(number=numbers[key], chunk_id=by_id[key].chunk_id, document_id=by_id[key].document_id,
+                     source=by_id[key].source, title=by_id[key].title,
+                     heading_path=by_id[key].heading_path, char_start=by_id[key].char_start,
+                     char_end=by_id[key].char_end)
+            for key in cited
+        ]  # fmt: skip
+        await asyncio.to_thread(
+            self.cache.store_answer,
+            StoreAnswerInput(tenant=request.tenant, question=request.question, trace_id=trace_id,
+                             answer=text, citations=citations, model=generated.model),
+        )  # fmt: skip
+        began = self.lap("cache", began)
+        dense: VectorSearchOutput = found["dense"]
+        cost = AnswerCost(
+            engine_seconds=generated.seconds,
+            embed_seconds=dense.embed_seconds,
+            steps=[StepCost(step="generate", model=generated.model, seconds=generated.seconds,
+                            prompt_tokens=generated.prompt_tokens,
+                            completion_tokens=generated.completion_tokens)],
+        )  # fmt: skip
+        keep = found["plan"].keep_transcript
+        await asyncio.to_thread(
+            self.costs.record_cost,
+            RecordCostInput(trace_id=trace_id, tenant=request.tenant, model=generated.model,
+                            route="primary", total_ms=0.0, cost=cost,
+                            messages=[ChatMessage.model_validate(m) for m in messages]
+                            if keep else [],
+                            output=text if keep else "",
+                            cited_chunks=[c.chunk_id for c in citations]),
+        )  # fmt: skip
+        self.lap("record_cost", began)
+
+    async def first_token(self, request: AskRequest) -> tuple[float, str]:
+        """Retrieve and stream from the engine: ms until the first text, and the engine's
+        request id."""
+        started = time.perf_counter()
+        first: list[float] = []
+
+        def seen(_: int, text: str) -> None:
+            if text and not first:
+                first.append(time.perf_counter())
+
+        messages, _, _ = await self.messages(request)
+        request_id = f"plain-{uuid.uuid4().hex}"
+        await self.engine.generate(messages, request.max_answer_tokens, request_id, seen)
+        return ((first[0] - started) * 1000 if first else float("nan")), request_id
+
+
+# --- the gateway, on uvicorn in this process ------------------------------------------------------
+
+
+@asynccontextmanager
+async def gateway(rag: RagClient, connections: int) -> AsyncIterator[httpx.AsyncClient]:
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(rag.settings, rag), host="127.0.0.1", port=port, log_level="warning"
+        )
+    )
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            serving.result()
+            raise RuntimeError("uvicorn did not start")
+        await asyncio.sleep(0.02)
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}",
+            timeout=600,
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        ) as http:
+            yield http
+    finally:
+        server.should_exit = True
+        await serving
+
+
+async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """(event, data) pairs of a Server-Sent Events response."""
+    event, data = "message", list[str]()
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "message", list[str]()
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+
+
+@dataclass
+class Streamed:
+    """One streamed answer as the HTTP client saw it."""
+
+    request_id: str
+    called_at: float  # wall clock, at the POST
+    status: int = 0
+    ttft_ms: float = float("nan")
+    first_token_at: float = float("nan")  # wall clock
+    token_events: int = 0
+    last_event: str = ""
+    completion_tokens: int = 0
+    route: str = ""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    degradations: list[str] = field(default_factory=list)
+    done_at: float = float("nan")  # wall clock, at the `answer` event
+    total_ms: float = float("nan")
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Completed with tokens: 200, at least one token event, the answer last, generated."""
+        return (
+            self.status == 200
+            and self.token_events > 0
+            and self.last_event == "answer"
+            and self.route == "primary"
+        )
+
+
+async def stream_answer(
+    http: httpx.AsyncClient, key: str, question: str, max_tokens: int, request_id: str
+) -> Streamed:
+    got = Streamed(request_id=request_id, called_at=time.time())
+    started = time.perf_counter()
+    body = {"question": question, "max_answer_tokens": max_tokens}
+    headers = {"Authorization": f"Bearer {key}", "X-Request-ID": request_id}
+    async with http.stream("POST", "/v1/ask/stream", json=body, headers=headers) as response:
+        got.status = response.status_code
+        if response.status_code != 200:
+            got.detail = (await response.aread()).decode(errors="replace")[:300]
+            return got
+        async for event, data in sse(response):
+            got.last_event = event
+            if event == "token":
+                if not got.token_events:
+                    got.ttft_ms = (time.perf_counter() - started) * 1000
+                    got.first_token_at = time.time()
+                got.token_events += 1
+            elif event == "answer":
+                answer = json.loads(data)
+                got.completion_tokens = answer["tokens"]["completion"]
+                got.route = answer["route"]
+                got.timings_ms = answer["timings_ms"]
+                got.done_at = time.time()
+                got.degradations = answer["degradations"]
+                if answer["degradations"]:
+                    got.detail = "; ".join(answer["degradations"])[:300]
+            elif event == "error":
+                got.detail = data[:300]
+    got.total_ms = (time.perf_counter() - started) * 1000
+    return got
+
+
+# --- what the histories say ------------------------------------------------------------------------
+
+
+def _at(event: HistoryEvent) -> float:
+    return event.event_time.seconds + event.event_time.nanos / 1e9
+
+
+@dataclass
+class Hops:
+    """One workflow's history read as hops, in ms, plus counts."""
+
+    ms: dict[str, float] = field(default_factory=dict)
+    remote_before_generate: int = 0
+    remote_activities: list[str] = field(default_factory=list)
+    local_activities: list[str] = field(default_factory=list)
+    workflow_tasks: int = 0
+    generate_started: float = float("nan")  # wall clock, server's event time
+    task_timeouts: int = 0  # workflow tasks timed out (lost, or held past the task timeout)
+    task_failures: int = 0
+
+
+def read_hops(events: list[HistoryEvent], called_at: float, returned_at: float) -> Hops:
+    """Hops of an answer or search workflow: the start (client call to the first workflow task
+    started), each workflow task's dispatch and run (a run includes its local activities),
+    `generate`'s dispatch and run, and the result's way back to the caller."""
+    hops = Hops()
+    scheduled: dict[int, tuple[str, float]] = {}  # activity scheduled event id -> (type, at)
+    wft_scheduled = 0.0
+    wft_started = 0.0
+    generate_seen = False
+    for event in events:
+        at = _at(event)
+        if event.HasField("workflow_task_scheduled_event_attributes"):
+            wft_scheduled = at
+        elif event.HasField("workflow_task_started_event_attributes"):
+            hops.workflow_tasks += 1
+            n = hops.workflow_tasks
+            if n == 1:
+                hops.ms["start: client call -> workflow task 1 started"] = (at - called_at) * 1000
+                hops.ms["  of which workflow task 1 dispatch"] = (at - wft_scheduled) * 1000
+            else:
+                hops.ms[f"workflow task {n} dispatch"] = (at - wft_scheduled) * 1000
+            wft_started = at
+        elif event.HasField("workflow_task_timed_out_event_attributes"):
+            hops.task_timeouts += 1
+        elif event.HasField("workflow_task_failed_event_attributes"):
+            hops.task_failures += 1
+        elif event.HasField("workflow_task_completed_event_attributes"):
+            key = f"workflow task {hops.workflow_tasks} run"
+            hops.ms[key] = hops.ms.get(key, 0.0) + (at - wft_started) * 1000
+        elif event.HasField("marker_recorded_event_attributes"):
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name != "core_local_activity":
+                continue  # a patch (workflow.patched) or another SDK marker
+            data = marker.details.get("data")
+            name = "?"
+            if data is not None and data.payloads:
+                with contextlib.suppress(ValueError, KeyError):
+                    name = json.loads(data.payloads[0].data)["activity_type"]
+            hops.local_activities.append(name)
+        elif event.HasField("activity_task_scheduled_event_attributes"):
+            kind = event.activity_task_scheduled_event_attributes.activity_type.name
+            scheduled[event.event_id] = (kind, at)
+            hops.remote_activities.append(kind)
+            if kind == "generate" and not generate_seen:
+                generate_seen = True
+                hops.remote_before_generate = len(hops.remote_activities) - 1
+                hops.ms["first task started -> generate scheduled"] = (
+                    at - _first_started(events)
+                ) * 1000
+        elif event.HasField("activity_task_started_event_attributes"):
+            attrs = event.activity_task_started_event_attributes
+            kind, when = scheduled.get(attrs.scheduled_event_id, ("?", at))
+            hops.ms[f"{kind} dispatch"] = (at - when) * 1000
+            if kind == "generate" and math.isnan(hops.generate_started):
+                hops.generate_started = at
+            scheduled[attrs.scheduled_event_id] = (kind, at)
+        elif event.HasField("activity_task_completed_event_attributes"):
+            done = event.activity_task_completed_event_attributes
+            kind, when = scheduled.get(done.scheduled_event_id, ("?", at))
+            hops.ms[f"{kind} run"] = (at - when) * 1000
+        elif event.HasField("workflow_execution_completed_event_attributes"):
+            hops.ms["result to caller"] = (returned_at - at) * 1000
+    if not generate_seen:
+        hops.remote_before_generate = len(hops.remote_activities)
+    return hops
+
+
+def _first_started(events: list[HistoryEvent]) -> float:
+    for event in events:
+        if event.HasField("workflow_task_started_event_attributes"):
+            return _at(event)
+    return float("nan")
+
+
+async def histories(
+    client: Client, calls: list[tuple[str, float, float]], keep: list[WorkflowHistory] | None = None
+) -> list[Hops]:
+    """(workflow id, called at, returned at) -> hops, read after the timed part; the histories
+    themselves go to `keep` when given."""
+    found: list[Hops] = []
+    for workflow_id, called_at, returned_at in calls:
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        found.append(read_hops(list(history.events), called_at, returned_at))
+        if keep is not None:
+            keep.append(history)
+    return found
+
+
+async def replay_cost(settings: Any, recorded: list[WorkflowHistory]) -> dict[str, list[float]]:
+    """The workflow code's own CPU per answer: the recorded histories replayed (no server, no
+    activities: their results come from the history) in the SDK's sandbox, as the workers run
+    them, and without it; rounds alternate. Per history, ms."""
+    if not recorded:
+        return {}
+    found: dict[str, list[float]] = {"sandboxed": [], "unsandboxed": []}
+    for name in ("sandboxed", "unsandboxed", "unsandboxed", "sandboxed"):
+        runner: dict[str, Any] = (
+            {"workflow_runner": UnsandboxedWorkflowRunner()} if name == "unsandboxed" else {}
+        )
+        replayer = Replayer(
+            workflows=LIVE_WORKFLOWS,
+            data_converter=pydantic_data_converter,
+            interceptors=worker_interceptors(settings),
+            **runner,
+        )
+
+        async def each() -> AsyncIterator[WorkflowHistory]:
+            for history in recorded:
+                yield history
+
+        began = time.perf_counter()
+        async with replayer.workflow_replay_iterator(each()) as results:
+            async for result in results:
+                if result.replay_failure is not None:
+                    raise result.replay_failure
+        found[name].append((time.perf_counter() - began) * 1000 / len(recorded))
+    return found
+
+
+def hop_rows(
+    side: str, hops: list[Hops], steps: dict[str, list[float]], extra: dict[str, list[float]]
+) -> list[dict[str, Any]]:
+    """P50/P99 per hop over the requests, in the order the hops happen."""
+    values: dict[str, list[float]] = {}
+    for h in hops:
+        for name, ms in h.ms.items():
+            values.setdefault(name, []).append(ms)
+    for name, ms_list in steps.items():
+        values.setdefault(f"step {name} (timings_ms)", []).extend(ms_list)
+    for name, ms_list in extra.items():
+        values.setdefault(name, []).extend(ms_list)
+    return [
+        {"flow": side, "hop": name, "n": sum(not math.isnan(x) for x in v), "p50_ms": pct(v, 0.5),
+         "p99_ms": pct(v, 0.99)}
+        for name, v in values.items()
+    ]  # fmt: skip
+
+
+def dispatch_counts(hops: list[Hops]) -> dict[str, Any]:
+    before = Counter(h.remote_before_generate for h in hops)
+    return {
+        "remote_before_generate": {str(k): v for k, v in sorted(before.items())},
+        "remote_kinds": dict(Counter(k for h in hops for k in h.remote_activities)),
+        "local_per_answer_p50": pct([float(len(h.local_activities)) for h in hops], 0.5),
+        "local_kinds": dict(Counter(k for h in hops for k in h.local_activities)),
+        "workflow_tasks_p50": pct([float(h.workflow_tasks) for h in hops], 0.5),
+        "workflow_task_timeouts": sum(h.task_timeouts for h in hops),
+        "workflow_task_failures": sum(h.task_failures for h in hops),
+    }
+
+
+# --- rows 1, 2, 4: in process ---------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    rag: RagClient
+    plain: Plain
+    engine: TimedEngine
+    http: httpx.AsyncClient
+    key: str
+    max_tokens: int
+    published: PublishClock
+
+
+def request_for(n: int, max_tokens: int) -> AskRequest:
+    return AskRequest(question=QUESTIONS[n % len(QUESTIONS)], max_answer_tokens=max_tokens)
+
+
+async def timed_plain(s: Setup, request: AskRequest) -> float:
+    began = time.perf_counter()
+    await s.plain.answer(request)
+    return (time.perf_counter() - began) * 1000
+
+
+@dataclass
+class Asked:
+    ms: float
+    workflow_id: str
+    called_at: float  # wall clock
+    returned_at: float
+    eager: bool
+    timings_ms: dict[str, float]
+
+
+async def timed_flow(s: Setup, request: AskRequest) -> Asked:
+    called_at, began = time.time(), time.perf_counter()
+    handle = await s.rag.start_ask(request, f"serve-{uuid.uuid4().hex}")
+    answer = await handle.result()
+    took = (time.perf_counter() - began) * 1000
+    eager = bool(getattr(handle, "__temporal_eagerly_started", False))
+    return Asked(took, handle.id, called_at, time.time(), eager, answer.timings_ms)
+
+
+async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
+    """Row 1: RagClient.ask against Plain.answer, alternating which goes first."""
+    plain_ms: list[float] = []
+    asked: list[Asked] = []
+    s.plain.steps = {}
+    for i in range(requests + WARMUP):
+        request = request_for(i, s.max_tokens)
+        s.plain.recording = i >= WARMUP
+        if i % 2 == 0:
+            p, f = await timed_plain(s, request), await timed_flow(s, request)
+        else:
+            f, p = await timed_flow(s, request), await timed_plain(s, request)
+        if i >= WARMUP:
+            plain_ms.append(p)
+            asked.append(f)
+    flow_ms = [a.ms for a in asked]
+    steps: dict[str, list[float]] = {}
+    for a in asked:
+        for step, ms in a.timings_ms.items():
+            steps.setdefault(step, []).append(ms)
+    calls = [(a.workflow_id, a.called_at, a.returned_at) for a in asked]
+    eager = sum(a.eager for a in asked)
+    s.plain.recording = False
+    plain_steps = {f"plain function: {k}": v for k, v in s.plain.steps.items()}
+    recorded: list[WorkflowHistory] = []
+    hops = await histories(s.rag.client, calls, recorded)
+    replayed = await replay_cost(s.rag.settings, recorded)
+    replay = {f"workflow code per answer, replayed {k} (per round)": v for k, v in replayed.items()}
+    overhead = [f - p for f, p in zip(flow_ms, plain_ms, strict=True)]
+    return {
+        "plain_ms": plain_ms, "flow_ms": flow_ms, "overhead": overhead, "eager": eager,
+        "hops": hop_rows("answer (client)", hops, steps, plain_steps | replay),
+        "counts": dispatch_counts(hops),
+    }  # fmt: skip
+
+
+async def first_token(s: Setup, requests: int) -> dict[str, Any]:
+    """Row 2: TTFT over the gateway's SSE against the plain pipeline's, alternating."""
+    plain_ms: list[float] = []
+    gate_ms: list[float] = []
+    streams: list[Streamed] = []
+    plain_ids: list[str] = []
+    batch = uuid.uuid4().hex[:8]
+    lag = LoopLag()
+    lag.start()
+    for i in range(requests + WARMUP):
+        request = request_for(i, s.max_tokens)
+        rid = f"serve-ttft-{batch}-{i}"
+        if i % 2 == 0:
+            (p, plain_id) = await s.plain.first_token(request)
+            g = await stream_answer(s.http, s.key, request.question, s.max_tokens, rid)
+        else:
+            g = await stream_answer(s.http, s.key, request.question, s.max_tokens, rid)
+            (p, plain_id) = await s.plain.first_token(request)
+        if i >= WARMUP:
+            plain_ids.append(plain_id)
+            plain_ms.append(p)
+            gate_ms.append(g.ttft_ms)
+            streams.append(g)
+    lagged = lag.stop()
+    done = [g for g in streams if g.ok]
+    calls = [(ids.answer_workflow_id(g.request_id), g.called_at, g.done_at) for g in done]
+    hops = await histories(s.rag.client, calls)
+    engine = s.engine
+    split: dict[str, list[float]] = {}
+    for g, h in zip(done, hops, strict=True):
+        rid = f"{ids.answer_workflow_id(g.request_id)}-1"  # the engine request of attempt 1
+        if rid not in engine.first_text:
+            continue
+        for name, ms in (
+            ("generate started -> engine call", engine.called[rid] - h.generate_started),
+            ("engine call -> first token (prefill)", engine.first_text[rid] - engine.called[rid]),
+            ("engine first token -> SSE frame at the client", g.first_token_at - engine.first_text[rid]),
+        ):  # fmt: skip
+            split.setdefault(name, []).append(ms * 1000)
+        published = s.published.between(engine.first_text[rid], g.first_token_at)
+        if published is None:
+            continue
+        for name, ms in (
+            ("  of which first token -> publish called (activity loop)", published[0] - engine.first_text[rid]),
+            ("  of which publish called -> NOTIFY done", published[1] - published[0]),
+            ("  of which NOTIFY done -> SSE frame (LISTEN, relay, HTTP)", g.first_token_at - published[1]),
+        ):  # fmt: skip
+            split.setdefault(name, []).append(ms * 1000)
+    prefill = [
+        (engine.first_text[r] - engine.called[r]) * 1000
+        for r in plain_ids
+        if r in engine.first_text
+    ]
+    split["plain pipeline: engine call -> first token (prefill)"] = prefill
+    split["event loop lag of this process during row 2 (5 ms probe)"] = lagged
+    return {
+        "plain_ms": plain_ms, "gateway_ms": gate_ms,
+        "overhead": [g - p for g, p in zip(gate_ms, plain_ms, strict=True)],
+        "failed": [_why(g) for g in streams if not g.ok],
+        "hops": hop_rows("answer (gateway SSE)", hops, _steps(done), split),
+        "counts": dispatch_counts(hops),
+    }  # fmt: skip
+
+
+def _steps(streams: list[Streamed]) -> dict[str, list[float]]:
+    steps: dict[str, list[float]] = {}
+    for g in streams:
+        for step, ms in g.timings_ms.items():
+            steps.setdefault(step, []).append(ms)
+    return steps
+
+
+def _why(g: Streamed) -> str:
+    return (
+        f"{g.request_id}: HTTP {g.status}, {g.token_events} token event(s), last "
+        f"{g.last_event or '-'}, route {g.route or '-'}: {g.detail}"
+    )
+
+
+async def concurrent(s: Setup, concurrency: int, rounds: int) -> dict[str, Any]:
+    """Row 4: `concurrency` streams at once on the engine alone, then through the gateway, in
+    rounds engine, gateway, gateway, engine (ABBA), so drift hits both."""
+    prompts = {}
+    for q in QUESTIONS:  # the prompts the workflow builds: the same retrieval, the same question
+        prompts[q], _, _ = await s.plain.messages(
+            AskRequest(question=q, max_answer_tokens=s.max_tokens)
+        )
+    sides: dict[str, dict[str, Any]] = {
+        "engine": {"tokens": 0, "seconds": 0.0, "ttft": [], "ok": 0, "n": 0, "failed": []},
+        "gateway": {"tokens": 0, "seconds": 0.0, "ttft": [], "ok": 0, "n": 0, "failed": []},
+    }
+    answered: list[Streamed] = []
+    order = ["engine", "gateway", "gateway", "engine"] * ((rounds + 1) // 2)
+    for r, side in enumerate(order[: 2 * rounds]):
+        began = time.perf_counter()
+        if side == "engine":
+            results = await asyncio.gather(*(
+                _engine_stream(s, prompts[QUESTIONS[n % len(QUESTIONS)]]) for n in range(concurrency)
+            ))  # fmt: skip
+            seconds = time.perf_counter() - began
+            for ttft, tokens in results:
+                sides[side]["ttft"].append(ttft)
+                sides[side]["tokens"] += tokens
+                sides[side]["ok"] += tokens > 0 and not math.isnan(ttft)
+        else:
+            batch = uuid.uuid4().hex[:6]
+            streams = await asyncio.gather(*(
+                stream_answer(s.http, s.key, QUESTIONS[n % len(QUESTIONS)], s.max_tokens,
+                              f"serve-c{r}-{batch}-{n}")
+                for n in range(concurrency)
+            ))  # fmt: skip
+            seconds = time.perf_counter() - began
+            answered += streams
+            for g in streams:
+                sides[side]["ttft"].append(g.ttft_ms)
+                sides[side]["tokens"] += g.completion_tokens if g.ok else 0
+                sides[side]["ok"] += g.ok
+                if not g.ok:
+                    sides[side]["failed"].append(_why(g))
+        sides[side]["seconds"] += seconds
+        sides[side]["n"] += concurrency
+        print(f"  row 4 round {r + 1} ({side}): {seconds:.1f} s", flush=True)
+    for figures_ in sides.values():
+        seconds = figures_["seconds"]
+        figures_["tokens_per_s"] = figures_["tokens"] / seconds if seconds else float("nan")
+    calls = [
+        (ids.answer_workflow_id(g.request_id), g.called_at, g.done_at)
+        for g in answered
+        if not math.isnan(g.done_at)
+    ]
+    hops = await histories(s.rag.client, calls)
+    label = f"{concurrency} concurrent (gateway SSE)"
+    at_client = {"TTFT at the client": [g.ttft_ms for g in answered if g.token_events]}
+    steps = _steps([g for g in answered if g.ok])
+    return {
+        **sides,
+        "hops": hop_rows(label, hops, steps, at_client),
+        "counts": dispatch_counts(hops),
+    }
+
+
+async def _engine_stream(s: Setup, messages: Messages) -> tuple[float, int]:
+    started = time.perf_counter()
+    first: list[float] = []
+
+    def seen(_: int, text: str) -> None:
+        if text and not first:
+            first.append(time.perf_counter())
+
+    out = await s.engine.generate(messages, s.max_tokens, f"alone-{uuid.uuid4().hex}", seen)
+    return ((first[0] - started) * 1000 if first else float("nan")), out.completion_tokens
+
+
+def admission_overrides(concurrency: int) -> tuple[dict[str, Any], list[str]]:
+    """The admission settings that exist, and the names that do not (yet)."""
+    known = {f"llm_{name}" for name in LlmSettings.model_fields}
+    wanted = ADMISSION_OVERRIDES(concurrency)
+    return (
+        {k: v for k, v in wanted.items() if k in known},
+        [k for k in wanted if k not in known],
+    )
+
+
+async def in_process(
+    rows: set[int],
+    requests: int,
+    max_tokens: int,
+    concurrency: int,
+    rounds: int,
+    generation_slots: int | None,
+) -> dict[str, Any]:
+    admission, missing = admission_overrides(concurrency)
+    if generation_slots:
+        admission["llm_max_concurrent_generations"] = generation_slots
+    if missing:
+        print(f"note: no setting {', '.join(missing)} yet: the gateway admits without a bound")
+    async with bench_services(
+        "serving",
+        llm_served_name=f"bench-{uuid.uuid4().hex[:6]}",
+        gateway_request_timeout_seconds=900,
+        **admission,
+    ) as (work, settings):
+        embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding.batch_size)
+        index = open_index(settings, embedder.dimension)
+        sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
+        engine = TimedEngine(
+            VllmEngine(
+                EngineConfig(
+                    model=resolve_generator(settings.llm.model, ROOT / ".data"),
+                    served_name=settings.llm.name,
+                    max_model_len=settings.llm.max_model_len,
+                    max_num_seqs=settings.llm.max_num_seqs,
+                    gpu_memory_utilization=settings.llm.gpu_memory_utilization,
+                    tensor_parallel_size=1,
+                    dtype=settings.llm.dtype,
+                    enforce_eager=True,
+                )
+            )
+        )
+        client = await connect(settings)
+        rag = RagClient(client, settings, sessions)
+        generations = Generations(
+            settings, sessions, embedder.name, embedder.dimension, opened=index
+        )
+        plain = Plain(
+            rag=rag,
+            retrieval=RetrievalActivities(embedder, ActiveReader(generations)),
+            documents=DocumentActivities(
+                sessions, embedder.tokenizer, settings.ingest.chunk_tokens,
+                settings.ingest.chunk_overlap, settings.ingest.max_document_bytes,
+            ),
+            cache=AnswerCacheActivities(sessions),
+            costs=CostActivities(sessions),
+            engine=engine,
+        )  # fmt: skip
+        corpus = work / "corpus"
+        corpus.mkdir()
+        for name in SEED_DOCUMENTS:
+            shutil.copy(ROOT / "corpus" / name, corpus)
+        _, key = keys.create_key(sessions, settings.default_tenant, "bench")
+        out: dict[str, Any] = {"admission": admission, "admission_missing": missing}
+        with ThreadPoolExecutor(8) as executor:
+            workers = [
+                *local_workers(client, settings, sessions, index, embedder, executor),
+                llm_worker.build_worker(client, settings, engine),
+            ]
+            async with running(workers), gateway(rag, concurrency + 10) as http:
+                result = await rag.ingest([str(corpus)])
+                assert not result.failures, result.failures
+                published = PublishClock()
+                published.install()
+                s = Setup(rag, plain, engine, http, key, max_tokens, published)
+                if 1 in rows:
+                    print("row 1: answer overhead ...", flush=True)
+                    out["answer"] = await answer_overhead(s, requests)
+                if 2 in rows:
+                    print("row 2: time to first token ...", flush=True)
+                    out["ttft"] = await first_token(s, requests)
+                if 4 in rows:
+                    print(f"row 4: {concurrency} concurrent streams ...", flush=True)
+                    out["concurrent"] = await concurrent(s, concurrency, rounds)
+        engine.close()
+        index.close()
+    return out
+
+
+# --- row 3: search during an ingest, on the stack as processes ------------------------------------
+
+
+def start_stack_for_search(stack: ProcessStack) -> None:
+    """Temporal, Postgres, the orchestrator and the index worker: what search uses."""
+    stack.temporal.start()
+    stack.postgres.start()
+    stack.postgres.ensure_database(stack.settings.postgres.database)
+    migrate(stack.settings.postgres.sqlalchemy_url)
+    for kind in ("orchestrator", "index"):
+        stack.start_worker(kind)
+
+
+def write_documents(folder: Path, count: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(count):
+        (folder / f"note-{n:05d}.md").write_text(
+            f"# Field note {n}\n\n"
+            + "\n\n".join(
+                f"Observation {n}-{j}: the survey team zq{n}x{j} recorded "
+                f"{(n * 7 + j) % 97} birds near marker {j} at dawn."
+                for j in range(3)
+            )
+            + "\n"
+        )
+
+
+async def search_during_ingest(requests: int, documents: int) -> dict[str, Any]:
+    stack = ProcessStack("serving")
+    try:
+        await asyncio.to_thread(start_stack_for_search, stack)
+        client = await connect(stack.settings)
+        rag = RagClient(client, stack.settings)
+        seed = stack.work / "seed"
+        seed.mkdir()
+        for name in SEED_DOCUMENTS:
+            shutil.copy(ROOT / "corpus" / name, seed)
+        assert not (await rag.ingest([str(seed)])).failures
+        bulk = stack.work / "bulk"
+        write_documents(bulk, documents)
+        calls: list[tuple[str, float, float]] = []
+        steps: dict[str, dict[str, list[float]]] = {"idle": {}, "ingest": {}}
+        counter = iter(range(10**9))
+
+        async def search(state: str | None) -> float:
+            n = next(counter)
+            trace = f"serve-{uuid.uuid4().hex}"
+            called_at, began = time.time(), time.perf_counter()
+            found = await rag.search(QUESTIONS[n % len(QUESTIONS)], trace_id=trace)
+            took = (time.perf_counter() - began) * 1000
+            if state is not None:
+                calls.append((ids.search_workflow_id(trace), called_at, time.time()))
+                for step, ms in found.timings_ms.items():
+                    steps[state].setdefault(step, []).append(ms)
+            return took
+
+        for _ in range(WARMUP * 3):
+            await search(None)
+        idle = [await search("idle") for _ in range(requests // 2)]
+        handle = await rag.start_ingest(rag.ingest_request([str(bulk)]))
+        ingest_began = time.perf_counter()
+        result = asyncio.ensure_future(handle.result())
+        during: list[float] = []
+        idle_calls = len(calls)
+        while not result.done():
+            during.append(await search("ingest"))
+        ingest_seconds = time.perf_counter() - ingest_began
+        ingested = result.result()
+        during_calls = calls[idle_calls:]
+        idle += [await search("idle") for _ in range(requests - requests // 2)]
+        idle_hops = await histories(client, calls[:idle_calls] + calls[idle_calls + len(during) :])
+        ingest_hops = await histories(client, during_calls)
+        return {
+            "idle_ms": idle, "ingest_ms": during, "ingest_seconds": ingest_seconds,
+            "documents": documents, "ingest_failures": len(ingested.failures),
+            "hops": hop_rows("search idle", idle_hops, steps["idle"], {})
+            + hop_rows("search during ingest", ingest_hops, steps["ingest"], {}),
+            "counts": dispatch_counts(idle_hops + ingest_hops),
+        }  # fmt: skip
+    finally:
+        await asyncio.to_thread(stack.close)
+
+
+# --- the table --------------------------------------------------------------------------------------
+
+
+def figures(out: dict[str, Any], concurrency: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    if "answer" in out:
+        a = out["answer"]
+        p50, p99 = pct(a["overhead"], 0.5), pct(a["overhead"], 0.99)
+        rows.append({
+            "figure": "answer overhead P50 / P99 (ms), against the same calls in a plain function",
+            "baseline": f"plain P50 {pct(a['plain_ms'], 0.5):.0f}, "
+                        f"P99 {pct(a['plain_ms'], 0.99):.0f} ms",
+            "durable-rag": f"workflow P50 {pct(a['flow_ms'], 0.5):.0f}, "
+                           f"P99 {pct(a['flow_ms'], 0.99):.0f} ms",
+            "result": f"+{p50:.1f} / +{p99:.1f} ms",
+            "target": "P50 <= 15 ms; P99 <= 40 ms",
+            "met": p50 <= 15 and p99 <= 40,
+        })  # fmt: skip
+    if "ttft" in out:
+        t = out["ttft"]
+        p50 = pct(t["overhead"], 0.5)
+        rows.append({
+            "figure": "time to first token through the gateway's SSE (ms), against a plain "
+                      "pipeline on the same engine",
+            "baseline": f"plain P50 {pct(t['plain_ms'], 0.5):.0f} ms",
+            "durable-rag": f"gateway P50 {pct(t['gateway_ms'], 0.5):.0f} ms",
+            "result": f"+{p50:.1f} ms at P50 (P99 +{pct(t['overhead'], 0.99):.0f})",
+            "target": "overhead <= 40 ms at P50",
+            "met": p50 <= 40 and not t["failed"],
+        })  # fmt: skip
+    if "search" in out:
+        s = out["search"]
+        idle, busy = pct(s["idle_ms"], 0.5), pct(s["ingest_ms"], 0.5)
+        rows.append({
+            "figure": f"search P50 during a {s['documents']:,}-document ingest, over idle",
+            "baseline": f"idle P50 {idle:.0f} ms ({len(s['idle_ms'])})",
+            "durable-rag": f"during ingest P50 {busy:.0f} ms ({len(s['ingest_ms'])})",
+            "result": f"x{busy / idle:.2f}",
+            "target": "<= 2.0",
+            "met": busy / idle <= 2.0,
+        })  # fmt: skip
+    if "concurrent" in out:
+        e, g = out["concurrent"]["engine"], out["concurrent"]["gateway"]
+        ratio = g["tokens_per_s"] / e["tokens_per_s"]
+        rows.append({
+            "figure": f"{concurrency} concurrent streamed answers through the gateway",
+            "baseline": f"engine alone {e['tokens_per_s']:.1f} tok/s, TTFT P50 "
+                        f"{pct(e['ttft'], 0.5):.0f} / P99 {pct(e['ttft'], 0.99):.0f} ms",
+            "durable-rag": f"{g['ok']}/{g['n']} with tokens, {g['tokens_per_s']:.1f} tok/s, TTFT "
+                           f"P50 {pct(g['ttft'], 0.5):.0f} / P99 "
+                           f"{pct(g['ttft'], 0.99):.0f} ms",
+            "result": f"x{ratio:.2f} tokens/s",
+            "target": "all complete with tokens; tokens/s >= 0.9x",
+            "met": g["ok"] == g["n"] and ratio >= 0.9,
+        })  # fmt: skip
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]], keys_: list[str]) -> None:
+    widths = {k: max(len(k), *(len(_text(r.get(k, ""))) for r in rows)) for k in keys_}
+    print("  ".join(k.ljust(widths[k]) for k in keys_))
+    for r in rows:
+        print("  ".join(_text(r.get(k, "")).ljust(widths[k]) for k in keys_))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:.1f}"
+    return str(value)
+
+
+def report(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    rows = figures(out, args.concurrency)
+    parts = [p for p in ("answer", "ttft", "concurrent", "search") if p in out]
+    hops = [h for part in parts for h in out[part]["hops"]]
+    counts = {part: out[part]["counts"] for part in parts}
+    print(f"\nServing benchmark: {args.requests} requests per latency figure, answers of at most "
+          f"{args.max_tokens} tokens, {args.concurrency} concurrent, {os.cpu_count()} CPUs\n")  # fmt: skip
+    print_table(rows, ["figure", "baseline", "durable-rag", "result", "target", "met"])
+    if out.get("admission"):
+        print(f"\nsettings set for rows 1, 2 and 4: {out['admission']}")
+    print("\nPer hop (history event times; steps are the workflow's own timings_ms):")
+    print_table(hops, ["flow", "hop", "n", "p50_ms", "p99_ms"])
+    print("\nDispatches per workflow:")
+    for part, c in counts.items():
+        what = "per search" if part == "search" else "before generate (count: answers)"
+        print(f"  {part}: remote activity dispatches {what} "
+              f"{c['remote_before_generate']}; remote activities {c['remote_kinds']}; local "
+              f"activities (markers) per workflow P50 {c['local_per_answer_p50']:.0f} "
+              f"{c['local_kinds']}; workflow tasks P50 {c['workflow_tasks_p50']:.0f}, "
+              f"timed out {c['workflow_task_timeouts']}, failed {c['workflow_task_failures']}")  # fmt: skip
+    if "answer" in out:
+        print(f"  eager starts: {out['answer']['eager']}/{len(out['answer']['flow_ms'])}")
+    problems = [*out.get("ttft", {}).get("failed", [])]
+    problems += out.get("concurrent", {}).get("gateway", {}).get("failed", [])
+    if out.get("concurrent", {}).get("degraded"):
+        problems.insert(0, f"row 4 degradations (kind: count): {out['concurrent']['degraded']}")
+    if out.get("admission_missing"):
+        problems.append(f"admission settings not found (left out): {out['admission_missing']}")
+    if "search" in out and len(out["search"]["ingest_ms"]) < args.requests:
+        problems.append(f"only {len(out['search']['ingest_ms'])} searches ran during the ingest")
+    if problems:
+        print("\nProblems seen:")
+        for p in problems[:20]:
+            print(f"  - {p}")
+        if len(problems) > 20:
+            print(f"  ... and {len(problems) - 20} more")
+    return {
+        "name": "serving", "requests": args.requests, "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency, "rows": rows, "hops": hops, "dispatches": counts,
+        "problems": problems, "settings": out.get("admission", {}), "note": NOTE,
+        **numbers(out),
+        "met": all(r["met"] for r in rows),
+    }  # fmt: skip
+
+
+def numbers(out: dict[str, Any]) -> dict[str, Any]:
+    """The headline figures as numbers, for bench/report.py's summary."""
+    found: dict[str, Any] = {}
+    if "answer" in out:
+        a = out["answer"]
+        found |= {"answer_overhead_p50_ms": pct(a["overhead"], 0.5),
+                  "answer_overhead_p99_ms": pct(a["overhead"], 0.99),
+                  "answer_plain_p50_ms": pct(a["plain_ms"], 0.5),
+                  "answer_flow_p50_ms": pct(a["flow_ms"], 0.5)}  # fmt: skip
+    if "ttft" in out:
+        t = out["ttft"]
+        found |= {"ttft_overhead_p50_ms": pct(t["overhead"], 0.5),
+                  "ttft_plain_p50_ms": pct(t["plain_ms"], 0.5),
+                  "ttft_gateway_p50_ms": pct(t["gateway_ms"], 0.5)}  # fmt: skip
+    if "search" in out:
+        s = out["search"]
+        idle, busy = pct(s["idle_ms"], 0.5), pct(s["ingest_ms"], 0.5)
+        found |= {"search_idle_p50_ms": idle, "search_ingest_p50_ms": busy,
+                  "search_ratio_p50": busy / idle, "ingest_seconds": s["ingest_seconds"]}  # fmt: skip
+    if "concurrent" in out:
+        e, g = out["concurrent"]["engine"], out["concurrent"]["gateway"]
+        found |= {"concurrent_completed": g["ok"], "concurrent_streams": g["n"],
+                  "concurrent_tokens_per_s": g["tokens_per_s"],
+                  "engine_tokens_per_s": e["tokens_per_s"],
+                  "concurrent_ratio": g["tokens_per_s"] / e["tokens_per_s"],
+                  "concurrent_ttft_p50_ms": pct(g["ttft"], 0.5),
+                  "concurrent_ttft_p99_ms": pct(g["ttft"], 0.99),
+                  "engine_ttft_p50_ms": pct(e["ttft"], 0.5),
+                  "engine_ttft_p99_ms": pct(e["ttft"], 0.99)}  # fmt: skip
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in found.items()}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    if args.loop_debug:  # asyncio names every callback that holds the loop longer than this
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = args.loop_debug / 1000
+    rows = {int(r) for r in args.rows.split(",") if r.strip()}
+    out: dict[str, Any] = {}
+    if 3 in rows:
+        print(f"row 3: search during a {args.documents}-document ingest (stack as processes) ...",
+              flush=True)  # fmt: skip
+        out["search"] = await search_during_ingest(args.requests, args.documents)
+    if rows & {1, 2, 4}:
+        out |= await in_process(
+            rows, args.requests, args.max_tokens, args.concurrency, args.rounds,
+            args.generation_slots,
+        )  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=100, help="per latency figure and side")
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=2, help="row 4: rounds per side")
+    parser.add_argument(
+        "--generation-slots",
+        type=int,
+        default=None,
+        help="the LLM worker's activity slots (llm_max_concurrent_generations); default: the "
+        "settings' (8)",
+    )
+    parser.add_argument("--documents", type=int, default=1500, help="row 3: documents ingested")
+    parser.add_argument("--rows", default="1,2,3,4", help="which figures, e.g. 1,2")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--loop-debug",
+        type=float,
+        default=0,
+        metavar="MS",
+        help="diagnosis: asyncio debug mode, logging callbacks that hold the loop over MS",
+    )
+    args = parser.parse_args()
+    began = time.monotonic()
+    out = asyncio.run(main_async(args))
+    figures_ = report(out, args)
+    print(f"\n({time.monotonic() - began:.0f} s)")
+    if args.json:
+        args.json.write_text(json.dumps(figures_, default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else str(value)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+"""Overload and timeouts on a real uvicorn server over the real stack: a client that leaves a
+plain answer or a conversation turn stops generation, a model at its bound answers 429 with
+Retry-After and starts nothing, and a request past the access timeout is cancelled, its
+generation too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from ragkit.embedding import Embedder
+from ragkit.ids import conversation_workflow_id
+from ragkit.llm.engine import VllmEngine
+from ragkit.store import keys
+from tests.conftest import Database
+from tests.gateway.test_streaming import ESSAY, bearer, closed_status, served, sse
+from tests.workflows.test_answer import QUESTION, ingest_sample
+from tests.workflows.test_ingest import save_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+T = TypeVar("T")
+LONG = 256  # tokens: an answer that runs for seconds, so leaving or timing out cuts it short
+
+
+@pytest.fixture(scope="module")
+async def overload_data(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    return await ingest_sample(client, module_database, embedder, tmp_path_factory)
+
+
+async def generating(engine: VllmEngine, within: float = 60) -> None:
+    """Until the engine has a request running."""
+    deadline = time.monotonic() + within
+    while engine.running_requests() == 0:
+        assert time.monotonic() < deadline, "generation never started"
+        await asyncio.sleep(0.01)
+
+
+async def stopped_after(engine: VllmEngine, since: float, within: float = 5) -> float:
+    """Seconds from `since` until the engine has nothing running."""
+    while engine.running_requests() > 0:
+        assert time.monotonic() - since < within, "the engine kept generating"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - since
+
+
+async def leave(posting: asyncio.Task[Any], engine: VllmEngine) -> float:
+    """Cancel a plain request in flight (its connection closes); seconds until the engine
+    stopped."""
+    await generating(engine)
+    posting.cancel()
+    left_at = time.monotonic()
+    with contextlib.suppress(asyncio.CancelledError):
+        await posting
+    return await stopped_after(engine, left_at)
+
+
+async def never_started(client: Client, workflow_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        assert exc.status == RPCStatusCode.NOT_FOUND, exc
+        return True
+    return False
+
+
+async def test_a_client_leaving_a_plain_answer_stops_generation_within_a_second(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    overload_data: Path,
+) -> None:
+    _, key = keys.create_key(module_database.sessions, "t")
+    bodies = {
+        "/v1/ask": {"question": ESSAY, "max_answer_tokens": LONG},
+        "/v1/chat/completions": {
+            "model": "durable-rag",
+            "messages": [{"role": "user", "content": ESSAY}],
+            "max_tokens": LONG,
+        },
+    }
+    stopped: dict[str, float] = {}
+    async with served(client, module_database, embedder, engine, overload_data) as (http, _):
+        for path, body in bodies.items():
+            request_id = f"leave-plain-{uuid.uuid4().hex[:10]}"
+            headers = bearer(key) | {"X-Request-ID": request_id}
+            stopped[path] = await leave(
+                asyncio.create_task(http.post(path, json=body, headers=headers)), engine
+            )
+            assert await closed_status(client, f"answer-{request_id}") == "CANCELED", path
+    print({path: f"engine stopped {s:.3f} s after the client left" for path, s in stopped.items()})
+    assert all(s < 1.0 for s in stopped.values()), stopped
+
+
+async def test_a_client_leaving_a_conversation_turn_stops_it_and_the_record_stays_consistent(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    overload_data: Path,
+) -> None:
+    _, key = keys.create_key(module_database.sessions, "t")
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    messages = f"/v1/conversations/{conversation}/messages"
+    turn = f"answer-conversation-t-{conversation}"
+    async with served(client, module_database, embedder, engine, overload_data) as (http, _):
+        # Streamed: leave at the first token.
+        streamed = {"message": ESSAY, "message_id": "m-0", "max_answer_tokens": LONG}
+        async with http.stream(
+            "POST", f"{messages}/stream", json=streamed, headers=bearer(key)
+        ) as response:
+            async for event, _ in sse(response):
+                if event == "token":
+                    break
+            assert engine.running_requests() > 0, "the first token came, generation is on"
+        stream_stopped = await stopped_after(engine, time.monotonic())
+        assert await closed_status(client, f"{turn}-0") == "CANCELED"
+
+        # Plain: leave while it generates.
+        plain = {"message": ESSAY, "message_id": "m-1", "max_answer_tokens": LONG}
+        plain_stopped = await leave(
+            asyncio.create_task(http.post(messages, json=plain, headers=bearer(key))), engine
+        )
+        assert await closed_status(client, f"{turn}-1") == "CANCELED"
+
+        # The same message again is refused (it stays cancelled); the conversation goes on.
+        again = await http.post(messages, json=plain, headers=bearer(key))
+        assert again.status_code == 409 and "cancelled" in again.text, again.text
+        reply = await http.post(
+            messages, json={"message": QUESTION, "max_answer_tokens": 8}, headers=bearer(key)
+        )
+        assert reply.status_code == 200, reply.text
+        stored = (await http.get(f"/v1/conversations/{conversation}", headers=bearer(key))).json()
+        await save_history(
+            client, conversation_workflow_id("t", conversation), "conversation-cancelled-turns"
+        )
+    # Each user turn is stored; the cancelled ones have no assistant turn.
+    assert [(t["role"], t["text"]) for t in stored["turns"]] == [
+        ("user", ESSAY),
+        ("user", ESSAY),
+        ("user", QUESTION),
+        ("assistant", reply.json()["answer"]["answer"]),
+    ]
+    print(
+        f"engine stopped {stream_stopped:.3f} s after a conversation stream's client left, "
+        f"{plain_stopped:.3f} s after a plain message's"
+    )
+    assert stream_stopped < 1.0 and plain_stopped < 1.0, (stream_stopped, plain_stopped)
+
+
+async def test_a_model_at_its_bound_answers_429_with_retry_after_and_starts_no_workflow(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    overload_data: Path,
+) -> None:
+    """One slot (a batch of 1, no queue): a long streamed answer holds it; every live
+    endpoint is refused at once and starts nothing; once the holder leaves, answers go in."""
+    _, key = keys.create_key(module_database.sessions, "t")
+    batch = uuid.uuid4().hex[:8]
+    conversation = f"c-{batch}"
+    ask = {"question": QUESTION, "max_answer_tokens": 8}
+    chat = {"model": "durable-rag", "messages": [{"role": "user", "content": QUESTION}]}
+    message = {"message": QUESTION, "max_answer_tokens": 8}
+    refused: list[tuple[str, dict[str, Any]]] = [
+        ("/v1/ask", ask),
+        ("/v1/ask/stream", ask),
+        ("/v1/chat/completions", chat),
+        ("/v1/chat/completions", chat | {"stream": True}),
+        (f"/v1/conversations/{conversation}/messages", message),
+        (f"/v1/conversations/{conversation}/messages/stream", message),
+    ]
+    async with served(
+        client,
+        module_database,
+        embedder,
+        engine,
+        overload_data,
+        llm_max_num_seqs=1,
+        llm_queue_bound=0,
+    ) as (http, rag):
+        holding = f"hold-{batch}"
+        async with http.stream(
+            "POST",
+            "/v1/ask/stream",
+            json={"question": ESSAY, "max_answer_tokens": LONG},
+            headers=bearer(key) | {"X-Request-ID": holding},
+        ) as holder:
+            assert holder.status_code == 200, await holder.aread()
+            # Referenced until the block ends: an abandoned event iterator is finalized, and
+            # that closes the connection (the holder would have left).
+            held = sse(holder)
+            async for event, _ in held:
+                if event == "token":
+                    break
+            started = time.monotonic()
+            for n, (path, body) in enumerate(refused):
+                request_id = f"over-{batch}-{n}"
+                headers = bearer(key) | {"X-Request-ID": request_id}
+                response = await http.post(path, json=body, headers=headers)
+                assert response.status_code == 429, (path, response.text)
+                assert response.headers["Retry-After"] == "26", path  # T = 256 x 0.1 s
+                detail = response.json()
+                message_text = (
+                    detail["error"]["message"] if "chat/completions" in path else detail["detail"]
+                )
+                assert "overloaded" in message_text and "retry after 26 s" in message_text
+                assert await never_started(client, f"answer-{request_id}"), path
+            refusing = time.monotonic() - started
+            exposition = (await http.get("/metrics")).text
+            assert engine.running_requests() > 0, "the holder's answer is still generating"
+            await held.aclose()
+        assert await never_started(client, f"conversation-t-{conversation}")
+        # The holder left (its run is cancelled once its slot is released): room again.
+        assert await closed_status(client, f"answer-{holding}") == "CANCELED"
+        answered = await http.post("/v1/ask", json=ask, headers=bearer(key))
+        assert answered.status_code == 200, answered.text
+    model = rag.settings.llm.name
+    for route, count in (
+        ("/v1/ask", 1),
+        ("/v1/ask/stream", 1),
+        ("/v1/chat/completions", 2),
+        ("/v1/conversations/{conversation_id}/messages", 1),
+        ("/v1/conversations/{conversation_id}/messages/stream", 1),
+    ):
+        line = f'durable_rag_gateway_rejected_total{{model="{model}",route="{route}"}} {count}.0'
+        assert line in exposition, line
+    print(f"6 refusals in {refusing * 1000:.0f} ms")
+
+
+async def timed_out(engine: VllmEngine, request: Awaitable[T]) -> tuple[T, float, float]:
+    """The outcome of a request that must time out, the seconds it took, and the seconds from
+    then until the engine stopped; the engine must have been generating for it meanwhile."""
+    started = time.monotonic()
+    posting = asyncio.ensure_future(request)
+    while engine.running_requests() == 0:
+        assert not posting.done(), "the request ended before its generation started"
+        await asyncio.sleep(0.01)
+    outcome = await posting
+    ended = time.monotonic()
+    return outcome, ended - started, await stopped_after(engine, ended)
+
+
+async def test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    overload_data: Path,
+) -> None:
+    """The access timeout is 1.5x the measured inference P99 (2 s here): 3 s."""
+    _, key = keys.create_key(module_database.sessions, "t")
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    request_id = f"slow-{uuid.uuid4().hex[:10]}"
+    stream_id = f"slow-stream-{uuid.uuid4().hex[:10]}"
+    async with served(
+        client, module_database, embedder, engine, overload_data, llm_inference_p99_seconds=2
+    ) as (http, rag):
+        assert rag.settings.access_timeout_seconds == 3
+        response, waited, ask_stopped = await timed_out(
+            engine,
+            http.post(
+                "/v1/ask",
+                json={"question": ESSAY, "max_answer_tokens": LONG},
+                headers=bearer(key) | {"X-Request-ID": request_id},
+            ),
+        )
+        assert response.status_code == 504, response.text
+        assert "no answer within 3 s" in response.json()["detail"]
+        assert await closed_status(client, f"answer-{request_id}") == "CANCELED"
+
+        async def streamed() -> list[tuple[str, str]]:
+            async with http.stream(
+                "POST",
+                "/v1/ask/stream",
+                json={"question": ESSAY, "max_answer_tokens": LONG},
+                headers=bearer(key) | {"X-Request-ID": stream_id},
+            ) as events:
+                return [pair async for pair in sse(events)]
+
+        events, _, stream_stopped = await timed_out(engine, streamed())
+        assert events[-1][0] == "error" and json.loads(events[-1][1])["status"] == 504, events
+        assert await closed_status(client, f"answer-{stream_id}") == "CANCELED"
+
+        turn, _, turn_stopped = await timed_out(
+            engine,
+            http.post(
+                f"/v1/conversations/{conversation}/messages",
+                json={"message": ESSAY, "max_answer_tokens": LONG},
+                headers=bearer(key),
+            ),
+        )
+        assert turn.status_code == 504 and "the turn was cancelled" in turn.text, turn.text
+        assert await closed_status(client, f"answer-conversation-t-{conversation}-0") == "CANCELED"
+        exposition = (await http.get("/metrics")).text
+    for route in ("answer", "answer_stream", "turn"):
+        assert f'durable_rag_http_timeouts_total{{route="{route}"}}' in exposition, route
+    print(
+        f"504 after {waited:.2f} s; engine stopped {ask_stopped:.3f} s after the 504 (ask), "
+        f"{stream_stopped:.3f} s after the stream's error event, {turn_stopped:.3f} s (turn)"
+    )
+    assert 3 <= waited < 5, waited
+    assert max(ask_stopped, stream_stopped, turn_stopped) < 1.0

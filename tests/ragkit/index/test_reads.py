@@ -1,0 +1,109 @@
+"""The live read path: the index worker's read socket answers the orchestrator's searches with
+what the index itself answers, and says clearly when it cannot."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ragkit.index import IndexConfigError, IndexFilter, IndexUnavailableError
+from ragkit.index.edge import EdgeIndex
+from ragkit.index.reads import ActiveReader, ReadClient, ReadServer
+from tests.ragkit.index.test_contract import DIM, open_adapter, point, vec
+
+MODEL = "packaged:all-MiniLM-L6-v2"
+
+
+class OneGeneration:
+    """The one thing ActiveReader asks of `Generations`: the index that serves queries."""
+
+    def __init__(self, index: EdgeIndex) -> None:
+        self.index = index
+
+    def active(self) -> EdgeIndex:
+        return self.index
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[EdgeIndex, ReadServer, ReadClient]]:
+    index = open_adapter("edge", tmp_path)
+    assert isinstance(index, EdgeIndex)
+    index.upsert([point(i, tenant="t1" if i % 2 else "t2") for i in range(40)])
+    server = ReadServer(tmp_path / "run" / "index.sock", ActiveReader(OneGeneration(index)), MODEL)
+    server.start()
+    client = ReadClient(server.path, MODEL, timeout=5)
+    yield index, server, client
+    client.close()
+    server.close()
+    index.close()
+
+
+def test_a_search_through_the_socket_is_the_index_search(
+    served: tuple[EdgeIndex, ReadServer, ReadClient],
+) -> None:
+    index, _, client = served
+    for seed in (1, 3, 8):
+        where = IndexFilter(tenant="t1")
+        direct = index.search(vec(seed), 5, where)
+        remote = client.search(vec(seed), 5, where)
+        assert [(h.id, round(h.score, 5)) for h in remote] == [
+            (h.id, round(h.score, 5)) for h in direct
+        ]
+        assert remote and all(h.payload == {} for h in remote)  # ids and scores only
+    documents = (uuid.uuid5(uuid.NAMESPACE_OID, "doc3"),)
+    hits = client.search(vec(3), 5, IndexFilter(tenant="t1", document_ids=documents))
+    assert [h.id for h in hits] == [uuid.uuid5(uuid.NAMESPACE_OID, "3")]
+
+
+def test_threads_share_one_client_and_each_gets_its_own_answer(
+    served: tuple[EdgeIndex, ReadServer, ReadClient],
+) -> None:
+    index, _, client = served
+    errors: list[BaseException] = []
+
+    def ask(seed: int) -> None:
+        try:
+            for _ in range(20):
+                got = client.search(vec(seed), 3, IndexFilter(tenant="t2"))
+                assert got[0].id == index.search(vec(seed), 3, IndexFilter(tenant="t2"))[0].id
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(seed,)) for seed in (0, 2, 4, 6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_a_query_embedded_with_another_model_is_a_configuration_error(
+    served: tuple[EdgeIndex, ReadServer, ReadClient],
+) -> None:
+    _, server, _ = served
+    other = ReadClient(server.path, "BAAI/bge-small-en-v1.5")
+    with pytest.raises(IndexConfigError, match="same model"):
+        other.search(vec(1), 3, IndexFilter(tenant="t1"))
+    other.close()
+
+
+def test_no_index_worker_is_unavailable_and_a_restarted_one_is_found_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "index.sock"
+    client = ReadClient(path, MODEL, timeout=2)
+    with pytest.raises(IndexUnavailableError, match="is the index worker running"):
+        client.search(vec(1), 3, IndexFilter(tenant="t1"))
+    index = open_adapter("edge", tmp_path)
+    index.upsert([point(1)])
+    for _ in range(2):  # the second server is a restarted index worker on the same path
+        server = ReadServer(path, ActiveReader(OneGeneration(index)), MODEL).start()  # type: ignore[arg-type]
+        assert [h.id for h in client.search(vec(1), 1, IndexFilter(tenant="t1"))] == [point(1).id]
+        server.close()
+    client.close()
+    index.close()
+    assert len(vec(1)) == DIM

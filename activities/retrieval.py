@@ -8,16 +8,12 @@ the index worker's read socket (Qdrant Edge, which only its one opener may read)
 
 from __future__ import annotations
 
-import time
-
 from temporalio import activity
 
 from activities.errors import index_error
-from ragkit import failpoints
 from ragkit.embedding import Embedder
 from ragkit.index import IndexFilter
-from ragkit.index.reads import IndexReader
-from ragkit.metrics import STEP_SECONDS
+from ragkit.index.reads import IndexReader, search_query
 from schemas.search import DenseSearchInput, VectorHit, VectorSearchOutput
 
 
@@ -29,14 +25,11 @@ class RetrievalActivities:
     @activity.defn
     def search_vectors(self, request: DenseSearchInput) -> VectorSearchOutput:
         """Embed the query here and search the active index generation: no vector in history."""
-        began = time.perf_counter()
-        vector = self.embedder.embed_query(request.query)
-        embed_seconds = time.perf_counter() - began
-        STEP_SECONDS.labels("embed_query").observe(embed_seconds)
         where = IndexFilter(tenant=request.tenant, document_ids=tuple(request.document_ids))
         try:
-            failpoints.hit("index")
-            hits = self.reader.search(vector, request.limit, where)
+            hits, embed_seconds = search_query(
+                self.embedder, self.reader, request.query, request.limit, where
+            )
         except Exception as exc:
             raise index_error(exc) from exc
         return VectorSearchOutput(

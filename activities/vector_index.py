@@ -23,6 +23,7 @@ from ragkit.db import Chunk, Document, GenerationStatus, IndexGeneration, dead_c
 from ragkit.embedding import Embedder
 from ragkit.index import IndexFilter, IndexPoint, VectorIndex
 from ragkit.index.generations import Generations
+from ragkit.index.reads import ActiveReader, search_query
 from ragkit.metrics import CHUNKS_EMBEDDED, STEP_SECONDS
 from schemas.documents import DocumentRef
 from schemas.ingest import DocumentsInput, IndexDocumentsOutput
@@ -408,15 +409,13 @@ class VectorIndexActivities:
 
     @activity.defn
     def dense_search(self, request: DenseSearchInput) -> VectorSearchOutput:
-        """Embed the query and search the index: one round trip, and no vector in history."""
-        began = time.perf_counter()
-        vector = self.embedder.embed_query(request.query)
-        embed_seconds = time.perf_counter() - began
-        STEP_SECONDS.labels("embed_query").observe(embed_seconds)
+        """Embed the query and search the index: one round trip, and no vector in history.
+        (Runs started before live retrieval; new ones run RetrievalActivities.search_vectors.)"""
         where = IndexFilter(tenant=request.tenant, document_ids=tuple(request.document_ids))
         try:
-            failpoints.hit("index")
-            hits = self._active().search(vector, request.limit, where)
+            hits, embed_seconds = search_query(
+                self.embedder, ActiveReader(self.generations), request.query, request.limit, where
+            )
         except Exception as exc:
             raise index_error(exc) from exc
         return VectorSearchOutput(

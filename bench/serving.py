@@ -67,7 +67,6 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
-import uvicorn  # noqa: E402
 from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
 from temporalio.client import Client, WorkflowHistory  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
@@ -84,6 +83,7 @@ from durable_rag.client import RagClient  # noqa: E402
 from durable_rag.stack.postgres import migrate  # noqa: E402
 from durable_rag.stack.process import free_port  # noqa: E402
 from gateway.app import create_app  # noqa: E402
+from gateway.server import serving_here  # noqa: E402
 from ragkit import ids  # noqa: E402
 from ragkit.db import make_sessionmaker  # noqa: E402
 from ragkit.embedding import load_embedder  # noqa: E402
@@ -397,27 +397,15 @@ class Plain:
 @asynccontextmanager
 async def gateway(rag: RagClient, connections: int) -> AsyncIterator[httpx.AsyncClient]:
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(rag.settings, rag), host="127.0.0.1", port=port, log_level="warning"
-        )
-    )
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        if serving.done():
-            serving.result()
-            raise RuntimeError("uvicorn did not start")
-        await asyncio.sleep(0.02)
-    try:
-        async with httpx.AsyncClient(
+    async with (
+        serving_here(create_app(rag.settings, rag), port),
+        httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{port}",
             timeout=600,
             limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        ) as http:
-            yield http
-    finally:
-        server.should_exit = True
-        await serving
+        ) as http,
+    ):
+        yield http
 
 
 async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:

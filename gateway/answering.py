@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
 from gateway.errors import error_event, http_error
-from gateway.streams import Token, in_background, relay
+from gateway.streams import in_background, text_events
 from ragkit.admission import Admission, Overloaded, Ticket
 from ragkit.metrics import ANSWER_TIMEOUTS, GATEWAY_REJECTED
 from ragkit.settings import Settings
@@ -196,11 +196,8 @@ async def answer_events(
     closed = False
     try:
         yield {"event": "start", "data": json.dumps({"trace_id": handle.id})}
-        async for item in relay(queue, result, timeout):
-            if isinstance(item, Token):
-                yield {"event": "token", "data": json.dumps({"text": item.text})}
-            else:
-                yield {"event": "reset", "data": json.dumps({"part": item.part})}
+        async for event in text_events(queue, result, timeout):
+            yield event
         answer = result.result()
         closed = True
         yield {"event": "answer", "data": answer.model_dump_json()}

@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
 import uvicorn
 
 from gateway.app import create_app
@@ -22,3 +27,22 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
         access_log=False,
         timeout_graceful_shutdown=10,
     )
+
+
+@asynccontextmanager
+async def serving_here(app: Any, port: int) -> AsyncIterator[None]:
+    """`app` on uvicorn on 127.0.0.1:`port` inside this event loop, until the block ends: real
+    sockets (a client that closes its connection is a real disconnect), for tests and
+    benchmarks that run the workers in the same process."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    running = asyncio.create_task(server.serve())
+    while not server.started:
+        if running.done():
+            running.result()
+            raise RuntimeError("uvicorn did not start")
+        await asyncio.sleep(0.02)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        await running

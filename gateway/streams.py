@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -86,3 +87,14 @@ async def relay(
         while True:
             for item in parts.accept(queue.get_nowait()):
                 yield item
+
+
+async def text_events(
+    queue: asyncio.Queue[TokenEvent], result: asyncio.Future[Any], timeout: float
+) -> AsyncIterator[dict[str, str]]:
+    """`relay` as Server-Sent Events: `token` (`{"text"}`) and `reset` (`{"part"}`, start over)."""
+    async for item in relay(queue, result, timeout):
+        if isinstance(item, Token):
+            yield {"event": "token", "data": json.dumps({"text": item.text})}
+        else:
+            yield {"event": "reset", "data": json.dumps({"part": item.part})}

@@ -8,7 +8,6 @@ the same message id gets 409, a new message id asks again."""
 
 import asyncio
 import functools
-import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from typing import Annotated, Any
@@ -22,7 +21,7 @@ from durable_rag.client import RagClient
 from gateway.answering import CLIENT_LEFT, ClientLeft, admit, open_stream, released, until_done
 from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
 from gateway.errors import error_event, http_error
-from gateway.streams import Token, in_background, relay
+from gateway.streams import in_background, text_events
 from ragkit.metrics import ANSWER_TIMEOUTS
 from ragkit.streaming import TokenListener
 from schemas.conversation import CONVERSATION_ID_PATTERN, ChatReply, ConversationHistory
@@ -149,11 +148,8 @@ async def reply_events(
     result = asyncio.ensure_future(reply())
     ended = False  # the turn is over: replied or failed
     try:
-        async for item in relay(queue, result, timeout):
-            if isinstance(item, Token):
-                yield {"event": "token", "data": json.dumps({"text": item.text})}
-            else:
-                yield {"event": "reset", "data": json.dumps({"part": item.part})}
+        async for event in text_events(queue, result, timeout):
+            yield event
         chat_reply = result.result()
         ended = True
         yield {"event": "reply", "data": chat_reply.model_dump_json()}

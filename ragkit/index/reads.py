@@ -22,12 +22,15 @@ import os
 import socket
 import socketserver
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ragkit import failpoints
 from ragkit.index.base import IndexConfigError, IndexFilter, IndexHit, IndexUnavailableError
+from ragkit.metrics import STEP_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,19 @@ class ActiveReader:
 
     def close(self) -> None:
         pass  # the generations belong to whoever opened them
+
+
+def search_query(
+    embedder: Any, reader: IndexReader, query: str, limit: int, where: IndexFilter
+) -> tuple[list[IndexHit], float]:
+    """Embed `query` with `embedder` (a `ragkit.embedding.Embedder`) and search: the hits and
+    the seconds the encoding took. The one vector search both retrieval paths run."""
+    began = time.perf_counter()
+    vector = embedder.embed_query(query)
+    embed_seconds = time.perf_counter() - began
+    STEP_SECONDS.labels("embed_query").observe(embed_seconds)
+    failpoints.hit("index")
+    return reader.search(vector, limit, where), embed_seconds
 
 
 class _Handler(socketserver.StreamRequestHandler):

@@ -22,12 +22,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import uvicorn
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_rag.stack.process import free_port
 from durable_rag.stack.temporal import TemporalDevServer
 from gateway.app import create_app
+from gateway.server import serving_here
 from ragkit.embedding import Embedder
 from ragkit.llm.engine import VllmEngine
 from ragkit.logs import trace_id_of
@@ -71,25 +71,15 @@ async def served(
         _model,
     ):
         port = free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(rag.settings, rag), host="127.0.0.1", port=port, log_level="warning"
-            )
-        )
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            assert not serving.done(), "uvicorn did not start"
-            await asyncio.sleep(0.02)
-        try:
-            async with httpx.AsyncClient(
+        async with (
+            serving_here(create_app(rag.settings, rag), port),
+            httpx.AsyncClient(
                 base_url=f"http://127.0.0.1:{port}",
                 timeout=300,
                 limits=httpx.Limits(max_connections=60),
-            ) as http:
-                yield http, rag
-        finally:
-            server.should_exit = True
-            await serving
+            ) as http,
+        ):
+            yield http, rag
 
 
 async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:

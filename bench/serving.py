@@ -102,7 +102,7 @@ from ragkit.retrieval import (  # noqa: E402
     fuse,
     parse_citations,
 )
-from ragkit.settings import PACKAGED_MINILM, LlmSettings  # noqa: E402
+from ragkit.settings import PACKAGED_MINILM  # noqa: E402
 from ragkit.store import keys  # noqa: E402
 from ragkit.streaming import TokenEvent, TokenPublisher  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
@@ -135,13 +135,11 @@ def pct(values: list[float], q: float) -> float:
 
 WARMUP = 2  # requests per side, not counted: the first ones warm caches and the engine
 
-# Admission (issue 16, being added to the gateway): a model admits max_num_seqs + queue bound
-# generations in flight, beyond that the gateway answers 429. Row 4 must not be refused, so the
-# bound is raised to the concurrency. ADJUST HERE if the admission settings are named otherwise;
-# a name the settings do not (yet) have is left out and the run says so.
-ADMISSION_OVERRIDES: Callable[[int], dict[str, Any]] = lambda concurrency: {  # noqa: E731
-    "llm_queue_bound": concurrency,
-}
+
+def admission_settings(concurrency: int) -> dict[str, Any]:
+    """Row 4 measures throughput, not refusals: the gateway's queue bound (ragkit/admission.py)
+    is raised to the concurrency, so none of its streams gets a 429."""
+    return {"llm_queue_bound": concurrency}
 
 
 # How to read the figures: in BENCHMARKS.md under the table, and in the JSON.
@@ -890,16 +888,6 @@ async def _engine_stream(s: Setup, messages: Messages) -> tuple[float, int]:
     return ((first[0] - started) * 1000 if first else float("nan")), out.completion_tokens
 
 
-def admission_overrides(concurrency: int) -> tuple[dict[str, Any], list[str]]:
-    """The admission settings that exist, and the names that do not (yet)."""
-    known = {f"llm_{name}" for name in LlmSettings.model_fields}
-    wanted = ADMISSION_OVERRIDES(concurrency)
-    return (
-        {k: v for k, v in wanted.items() if k in known},
-        [k for k in wanted if k not in known],
-    )
-
-
 async def in_process(
     rows: set[int],
     requests: int,
@@ -908,11 +896,9 @@ async def in_process(
     rounds: int,
     generation_slots: int | None,
 ) -> dict[str, Any]:
-    admission, missing = admission_overrides(concurrency)
+    admission = admission_settings(concurrency)
     if generation_slots:
         admission["llm_max_concurrent_generations"] = generation_slots
-    if missing:
-        print(f"note: no setting {', '.join(missing)} yet: the gateway admits without a bound")
     async with bench_services(
         "serving",
         llm_served_name=f"bench-{uuid.uuid4().hex[:6]}",
@@ -957,7 +943,7 @@ async def in_process(
         for name in SEED_DOCUMENTS:
             shutil.copy(ROOT / "corpus" / name, corpus)
         _, key = keys.create_key(sessions, settings.default_tenant, "bench")
-        out: dict[str, Any] = {"admission": admission, "admission_missing": missing}
+        out: dict[str, Any] = {"admission": admission}
         with ThreadPoolExecutor(8) as executor:
             workers = [
                 *local_workers(client, settings, sessions, index, embedder, executor),
@@ -1165,8 +1151,6 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     problems += out.get("concurrent", {}).get("gateway", {}).get("failed", [])
     if out.get("concurrent", {}).get("degraded"):
         problems.insert(0, f"row 4 degradations (kind: count): {out['concurrent']['degraded']}")
-    if out.get("admission_missing"):
-        problems.append(f"admission settings not found (left out): {out['admission_missing']}")
     if "search" in out and len(out["search"]["ingest_ms"]) < args.requests:
         problems.append(f"only {len(out['search']['ingest_ms'])} searches ran during the ingest")
     if problems:

@@ -412,13 +412,18 @@ class RagClient:
         trace_id: str | None = None,
         stream_id: str = "",
         history: ConversationWindow | None = None,
+        model: str | None = None,
     ) -> WorkflowHandle[AnswerWorkflow, Answer]:
         """Start an answer and return its handle (cancel it to stop generation). With a
         `stream_id`, the text is published on that token stream as it is generated; `history`
-        carries earlier turns of a conversation the caller keeps itself."""
+        carries earlier turns of a conversation the caller keeps itself. `model`: the model the
+        caller already resolved for this request (the gateway's admission did), so the default
+        alias is not read twice."""
         workflow_id = ids.answer_workflow_id(trace_id or uuid.uuid4().hex)
         plan = self.answer_plan(
-            request.max_answer_tokens, request.top_k, request.model or await self.default_model()
+            request.max_answer_tokens,
+            request.top_k,
+            request.model or model or await self.default_model(),
         )
         if self.shadowed(workflow_id):
             s = self.settings

@@ -115,10 +115,12 @@ async def start_answer(
     trace_id: str,
     stream_id: str = "",
     history: Any = None,
+    model: str | None = None,
 ) -> WorkflowHandle[Any, Answer]:
+    """`model`: the one the request was admitted for (its ticket's)."""
     try:
         return await rag.start_ask(
-            ask_request, trace_id=trace_id, stream_id=stream_id, history=history
+            ask_request, trace_id=trace_id, stream_id=stream_id, history=history, model=model
         )
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
@@ -159,11 +161,12 @@ async def start_streamed_answer(
     ask_request: AskRequest,
     trace_id: str,
     history: Any = None,
+    model: str | None = None,
 ) -> tuple[WorkflowHandle[Any, Answer], str, asyncio.Queue[Any]]:
     """The token stream first, so no token is published before anyone listens."""
     stream_id, queue = await open_stream(listener)
     try:
-        handle = await start_answer(rag, ask_request, trace_id, stream_id, history)
+        handle = await start_answer(rag, ask_request, trace_id, stream_id, history, model)
     except BaseException:
         listener.close_stream(stream_id)
         raise

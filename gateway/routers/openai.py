@@ -63,12 +63,14 @@ async def chat_completions(
     ticket = await admit(request, admission, rag, model, ask_request.max_answer_tokens)
     if not body.stream:
         with ticket:
-            handle = await start_answer(rag, ask_request, trace_id, history=history)
+            handle = await start_answer(
+                rag, ask_request, trace_id, history=history, model=ticket.model
+            )
             answer = await finish_answer(handle, timeout, request)
         return openai_compat.completion(answer, body.model)
     try:
         handle, stream_id, queue = await start_streamed_answer(
-            rag, listener, ask_request, trace_id, history
+            rag, listener, ask_request, trace_id, history, ticket.model
         )
     except BaseException:
         ticket.release()

@@ -57,6 +57,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ from activities.answer_cache import AnswerCacheActivities  # noqa: E402
 from activities.costs import CostActivities  # noqa: E402
 from activities.documents import DocumentActivities  # noqa: E402
 from activities.retrieval import RetrievalActivities  # noqa: E402
+from bench.floor import FloorWorkflow, floor_workers  # noqa: E402
 from bench.load import QUESTIONS, SEED_DOCUMENTS, percentile  # noqa: E402
 from bench.services import bench_services, local_workers, running  # noqa: E402
 from bench.stack import ProcessStack  # noqa: E402
@@ -668,6 +670,7 @@ class Setup:
     key: str
     max_tokens: int
     published: PublishClock
+    floor_queues: tuple[str, str]  # FloorWorkflow's queue, its 'LLM' queue
 
 
 def request_for(n: int, max_tokens: int) -> AskRequest:
@@ -699,9 +702,26 @@ async def timed_flow(s: Setup, request: AskRequest) -> Asked:
     return Asked(took, handle.id, called_at, time.time(), eager, answer.timings_ms)
 
 
+async def timed_floor(s: Setup) -> float:
+    """One FloorWorkflow (bench/floor.py), started as an answer is: eagerly, with the live
+    task timeout."""
+    began = time.perf_counter()
+    await s.rag.client.execute_workflow(
+        FloorWorkflow.run,
+        s.floor_queues[1],
+        id=f"floor-{uuid.uuid4().hex}",
+        task_queue=s.floor_queues[0],
+        request_eager_start=True,
+        task_timeout=timedelta(seconds=s.rag.settings.temporal.live_task_timeout_seconds),
+    )
+    return (time.perf_counter() - began) * 1000
+
+
 async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
-    """Row 1: RagClient.ask against Plain.answer, alternating which goes first."""
+    """Row 1: RagClient.ask against Plain.answer, alternating which goes first; and after each
+    pair, the floor of the answer's shape (the same commands with steps that do nothing)."""
     plain_ms: list[float] = []
+    floor_ms: list[float] = []
     asked: list[Asked] = []
     s.plain.steps = {}
     for i in range(requests + WARMUP):
@@ -711,9 +731,11 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
             p, f = await timed_plain(s, request), await timed_flow(s, request)
         else:
             f, p = await timed_flow(s, request), await timed_plain(s, request)
+        floor = await timed_floor(s)
         if i >= WARMUP:
             plain_ms.append(p)
             asked.append(f)
+            floor_ms.append(floor)
     flow_ms = [a.ms for a in asked]
     steps: dict[str, list[float]] = {}
     for a in asked:
@@ -728,9 +750,11 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
     replayed = await replay_cost(s.rag.settings, recorded)
     replay = {f"workflow code per answer, replayed {k} (per round)": v for k, v in replayed.items()}
     overhead = [f - p for f, p in zip(flow_ms, plain_ms, strict=True)]
+    floors = {"floor: the same commands with no-op steps (whole call)": floor_ms}
     return {
         "plain_ms": plain_ms, "flow_ms": flow_ms, "overhead": overhead, "eager": eager,
-        "hops": hop_rows("answer (client)", hops, steps, plain_steps | replay),
+        "floor_ms": floor_ms,
+        "hops": hop_rows("answer (client)", hops, steps, plain_steps | replay | floors),
         "counts": dispatch_counts(hops),
     }  # fmt: skip
 
@@ -945,16 +969,21 @@ async def in_process(
         _, key = keys.create_key(sessions, settings.default_tenant, "bench")
         out: dict[str, Any] = {"admission": admission}
         with ThreadPoolExecutor(8) as executor:
+            floor_queues = (
+                f"bench-floor-{uuid.uuid4().hex[:6]}",
+                f"llm-floor-{uuid.uuid4().hex[:6]}",
+            )
             workers = [
                 *local_workers(client, settings, sessions, index, embedder, executor),
                 llm_worker.build_worker(client, settings, engine),
+                *floor_workers(client, *floor_queues, worker_interceptors(settings), executor),
             ]
             async with running(workers), gateway(rag, concurrency + 10) as http:
                 result = await rag.ingest([str(corpus)])
                 assert not result.failures, result.failures
                 published = PublishClock()
                 published.install()
-                s = Setup(rag, plain, engine, http, key, max_tokens, published)
+                s = Setup(rag, plain, engine, http, key, max_tokens, published, floor_queues)
                 if 1 in rows:
                     print("row 1: answer overhead ...", flush=True)
                     out["answer"] = await answer_overhead(s, requests)
@@ -1066,7 +1095,8 @@ def figures(out: dict[str, Any], concurrency: int) -> list[dict[str, Any]]:
                         f"P99 {pct(a['plain_ms'], 0.99):.0f} ms",
             "durable-rag": f"workflow P50 {pct(a['flow_ms'], 0.5):.0f}, "
                            f"P99 {pct(a['flow_ms'], 0.99):.0f} ms",
-            "result": f"+{p50:.1f} / +{p99:.1f} ms",
+            "result": f"+{p50:.1f} / +{p99:.1f} ms (floor {pct(a['floor_ms'], 0.5):.1f} / "
+                      f"{pct(a['floor_ms'], 0.99):.1f})",
             "target": "P50 <= 15 ms; P99 <= 40 ms",
             "met": p50 <= 15 and p99 <= 40,
         })  # fmt: skip
@@ -1176,7 +1206,9 @@ def numbers(out: dict[str, Any]) -> dict[str, Any]:
         found |= {"answer_overhead_p50_ms": pct(a["overhead"], 0.5),
                   "answer_overhead_p99_ms": pct(a["overhead"], 0.99),
                   "answer_plain_p50_ms": pct(a["plain_ms"], 0.5),
-                  "answer_flow_p50_ms": pct(a["flow_ms"], 0.5)}  # fmt: skip
+                  "answer_flow_p50_ms": pct(a["flow_ms"], 0.5),
+                  "answer_floor_p50_ms": pct(a["floor_ms"], 0.5),
+                  "answer_floor_p99_ms": pct(a["floor_ms"], 0.99)}  # fmt: skip
     if "ttft" in out:
         t = out["ttft"]
         found |= {"ttft_overhead_p50_ms": pct(t["overhead"], 0.5),

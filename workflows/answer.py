@@ -77,6 +77,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.retrieve import Retrieved, retrieve
 
+# workflow.patched ids: the branch taken by runs started after the change.
+RECORD_AT_ONCE = "record-at-once"
+
 DEGRADED_REPLY = (
     "The answering service is degraded right now and could not generate an answer. "
     "The passages below are the most relevant ones found; please try again shortly."
@@ -141,9 +144,8 @@ class AnswerWorkflow:
         )
         self._lap("generate")
         reply = await self._reply(request, plan, context, generated, route, model)
-        await self._cache(request, plan, reply, generated)
         cost = self._cost(generated)
-        await self._record(request, plan, reply, cost, generated, messages)
+        await self._keep(request, plan, reply, cost, generated, messages)
         if not plan.shadow_of:  # a candidate's steps are not the service's
             record_steps(self.timings)
         await self._shadow_started(shadow)
@@ -499,6 +501,26 @@ class AnswerWorkflow:
             "answer not cached",
         )
         self._lap("cache")
+
+    async def _keep(
+        self,
+        request: AskRequest,
+        plan: AnswerPlan,
+        reply: Reply,
+        cost: AnswerCost,
+        generated: GenerateOutput | None,
+        messages: list[ChatMessage],
+    ) -> None:
+        """The answer cache entry and the cost row, written at once: neither reads the other,
+        and the caller waits for both. Runs recorded before then wrote them one after the other."""
+        if workflow.patched(RECORD_AT_ONCE):
+            await asyncio.gather(
+                self._cache(request, plan, reply, generated),
+                self._record(request, plan, reply, cost, generated, messages),
+            )
+            return
+        await self._cache(request, plan, reply, generated)
+        await self._record(request, plan, reply, cost, generated, messages)
 
     def _cost(self, generated: GenerateOutput | None) -> AnswerCost:
         """Engine seconds and tokens per step (R26); the query's embedding apart."""

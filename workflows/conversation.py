@@ -287,6 +287,9 @@ class ConversationWorkflow:
                 stream_id=request.stream_id,
             ),
             id=ids.turn_answer_workflow_id(self.workflow_id, ordinal),
+            # The conversation's own (live, short) task timeout: a lost task of the turn's
+            # answer is redelivered as soon as the conversation's would be.
+            task_timeout=workflow.info().task_timeout,
             static_summary=f"answer turn {ordinal}: {request.message[:60]}",
             memo={"tenant": request.tenant},
         )

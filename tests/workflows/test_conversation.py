@@ -101,8 +101,14 @@ async def test_twelve_turns_stay_in_budget_are_stored_in_order_and_keep_the_firs
         await save_history(client, conversation_workflow_id("t", conversation), "conversation")
         handle = client.get_workflow_handle(conversation_workflow_id("t", conversation))
         state = await handle.query(ConversationWorkflow.state)
+        turn = await client.get_workflow_handle(first.answer.trace_id).describe()
+        live_timeout = rag.settings.temporal.live_task_timeout_seconds
 
     assert [r.turn for r in replies] == list(range(1, 24, 2))
+    # A turn's answer is live work: a lost task of it comes back after the live task timeout.
+    assert turn.raw_description.execution_config.default_workflow_task_timeout.seconds == (
+        live_timeout
+    )
     assert_complete_and_ordered(stored, 12)
     assert stored is not None and stored.summarized_through >= 1, "nothing was ever summarized"
     assert state.summary_failures == 0

@@ -1,0 +1,78 @@
+"""The floor of an answer's shape: what the Temporal SDK and server alone cost for it.
+
+FloorWorkflow issues the commands an answer issues, in the same order, with steps that do nothing:
+two local activities at once (vector and keyword search), one more (hydrate), a regular activity on
+another task queue (generate on llm-<model>), then two at once (cache entry and cost row). Its
+workers are built as the live worker is (the policy interceptor, activity metrics, the sandbox
+with our code passed through, the pydantic converter of the client), so the time it takes is
+what no change to our own steps can remove; bench/serving.py reports row 1 against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+STEP = timedelta(seconds=5)
+
+
+@activity.defn(name="floor_step")
+def step(n: int) -> int:
+    """A local step: a sync activity in the worker's thread pool, as hydrate_hits is."""
+    return n
+
+
+@activity.defn(name="floor_generate")
+async def generate(n: int) -> int:
+    return n
+
+
+@workflow.defn
+class FloorWorkflow:
+    @workflow.run
+    async def run(self, llm_queue: str) -> int:
+        await asyncio.gather(
+            workflow.execute_local_activity(step, 1, start_to_close_timeout=STEP),
+            workflow.execute_local_activity(step, 2, start_to_close_timeout=STEP),
+        )
+        await workflow.execute_local_activity(step, 3, start_to_close_timeout=STEP)
+        await workflow.execute_activity(
+            generate, 4, task_queue=llm_queue, start_to_close_timeout=STEP
+        )
+        await asyncio.gather(
+            workflow.execute_local_activity(step, 5, start_to_close_timeout=STEP),
+            workflow.execute_local_activity(step, 6, start_to_close_timeout=STEP),
+        )
+        return 6
+
+
+def floor_workers(
+    client: Client,
+    task_queue: str,
+    llm_queue: str,
+    interceptors: list[Any],
+    executor: ThreadPoolExecutor,
+) -> list[Worker]:
+    """The floor's workflow worker and its 'LLM' worker, configured as the live ones are."""
+    runner = SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows", "bench")
+    )
+    return [
+        Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[FloorWorkflow],
+            activities=[step],
+            activity_executor=executor,
+            interceptors=interceptors,
+            workflow_runner=runner,
+        ),
+        Worker(client, task_queue=llm_queue, activities=[generate], interceptors=interceptors),
+    ]

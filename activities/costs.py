@@ -23,7 +23,8 @@ class CostActivities:
     @activity.defn
     def record_cost(self, request: RecordCostInput) -> None:
         """One row per answer (and its transcript, when it carries one); a retry overwrites the
-        same rows."""
+        same rows. A row of another tenant is never overwritten (trace ids are the server's and
+        hash the tenant in, so none should ever meet; this keeps it so)."""
         cost = request.cost
         tokens_in = sum(s.prompt_tokens for s in cost.steps)
         tokens_out = sum(s.completion_tokens for s in cost.steps)
@@ -42,7 +43,11 @@ class CostActivities:
         statement = insert(AnswerCostRow).values(trace_id=request.trace_id, **values)
         with self.sessions.begin() as session:
             session.execute(
-                statement.on_conflict_do_update(index_elements=["trace_id"], set_=values)
+                statement.on_conflict_do_update(
+                    index_elements=["trace_id"],
+                    set_=values,
+                    where=AnswerCostRow.tenant == request.tenant,
+                )
             )
             if request.messages:
                 transcript = {
@@ -54,7 +59,11 @@ class CostActivities:
                 session.execute(
                     insert(TranscriptRow)
                     .values(trace_id=request.trace_id, **transcript)
-                    .on_conflict_do_update(index_elements=["trace_id"], set_=transcript)
+                    .on_conflict_do_update(
+                        index_elements=["trace_id"],
+                        set_=transcript,
+                        where=TranscriptRow.tenant == request.tenant,
+                    )
                 )
         # Once per answer (a retry after this point is rare and only over-counts by one).
         ANSWERS.labels(request.route, str(request.degraded).lower()).inc()
@@ -71,7 +80,11 @@ class CostActivities:
             session.execute(
                 insert(ShadowRun)
                 .values(live_trace_id=request.live_trace_id, **values)
-                .on_conflict_do_update(index_elements=["live_trace_id"], set_=values)
+                .on_conflict_do_update(
+                    index_elements=["live_trace_id"],
+                    set_=values,
+                    where=ShadowRun.tenant == request.tenant,
+                )
             )
 
     @activity.defn

@@ -6,17 +6,30 @@ crash inserts nothing twice.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, select
+import re
+
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
 from ragkit import ids
-from ragkit.db import Conversation, Summary, Turn
+from ragkit.db import (
+    AnswerCostRow,
+    CachedAnswer,
+    Conversation,
+    FeedbackRow,
+    ShadowRun,
+    Summary,
+    TranscriptRow,
+    Turn,
+)
 from ragkit.store import history
 from schemas.conversation import (
     AppendTurnInput,
     ConversationKey,
+    ForgetConversationInput,
+    ForgottenConversation,
     LoadedConversation,
     SaveSummaryInput,
     TurnMessage,
@@ -118,3 +131,43 @@ class HistoryActivities:
             )
             session.execute(delete(Conversation).where(Conversation.id == conversation_id))
         return int(turns or 0)
+
+    @activity.defn
+    def forget_conversation(self, request: ForgetConversationInput) -> ForgottenConversation:
+        """Delete the conversation, its turns and summaries, and what its turns' answers left in
+        Postgres: their transcripts, cost rows, feedback, answer cache entries and shadow rows.
+        Returns what the Temporal side must delete next (ForgetRunsWorkflow): the ordinals of the
+        user turns (each started an answer) and the answers' trace ids. Idempotent."""
+        key = request.key
+        conversation_id = ids.conversation_id(key.tenant, key.conversation_id)
+        # Exactly this conversation's answers (`<named>-<ordinal>`), not a longer id's.
+        answers = f"^answer-{re.escape(request.answers_named)}-[0-9]+$"
+        with self.sessions.begin() as session:
+            turns = session.execute(
+                select(Turn.ordinal, Turn.role, Turn.trace_id).where(
+                    Turn.conversation_id == conversation_id
+                )
+            ).all()
+            traces = sorted({t.trace_id for t in turns if t.trace_id})
+            removed: dict[str, int] = {}
+            for table, column in (
+                (TranscriptRow, TranscriptRow.trace_id),
+                (AnswerCostRow, AnswerCostRow.trace_id),
+                (FeedbackRow, FeedbackRow.trace_id),
+                (CachedAnswer, CachedAnswer.trace_id),
+                (ShadowRun, ShadowRun.live_trace_id),
+            ):
+                result = session.execute(
+                    delete(table).where(
+                        table.tenant == key.tenant,
+                        or_(column.in_(traces), column.regexp_match(answers)),
+                    )
+                )
+                removed[table.__tablename__] = int(result.rowcount or 0)  # type: ignore[attr-defined]
+            session.execute(delete(Conversation).where(Conversation.id == conversation_id))
+        return ForgottenConversation(
+            turns_removed=len(turns),
+            user_ordinals=sorted(t.ordinal for t in turns if t.role == "user"),
+            answer_trace_ids=traces,
+            rows_removed=removed,
+        )

@@ -40,6 +40,7 @@ from temporalio.service import RPCError  # noqa: E402
 from bench.load import (  # noqa: E402
     MixedLoad,
     Outcome,
+    answer_workflow_for,
     format_kinds,
     latency_summary,
     running_workflows,
@@ -47,7 +48,6 @@ from bench.load import (  # noqa: E402
     verify_postgres,
 )
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
-from ragkit import ids  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
 
 EMBEDDING_DIMENSION = 384  # the packaged MiniLM the index worker loads
@@ -120,7 +120,7 @@ async def answers_in_retrieval(load: MixedLoad, client: Client, wait: float = 60
         for trace_id, asked in list(load.in_flight.items()):
             if now - asked >= RETRIEVAL_DELAY - 0.2:
                 continue
-            workflow_id = ids.answer_workflow_id(trace_id)
+            workflow_id = answer_workflow_for(load.tenant, trace_id)
             try:
                 events = await _event_types(client, workflow_id)
             except RPCError:  # not started yet

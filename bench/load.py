@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 
 import psycopg
 from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
@@ -33,7 +32,6 @@ from ragkit import ids
 from ragkit.index import open_index
 from ragkit.settings import Settings
 from schemas.answer import Answer, AskRequest
-from workflows.answer import AnswerWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED_DOCUMENTS = [
@@ -245,12 +243,8 @@ class MixedLoad:
 
         async def call() -> Answered:
             async def start() -> Any:
-                try:
-                    return await self.rag.start_ask(request, trace_id)
-                except WorkflowAlreadyStartedError:  # the first start did reach the server
-                    return self.client.get_workflow_handle_for(
-                        AnswerWorkflow.run, ids.answer_workflow_id(trace_id)
-                    )
+                # The key makes a retried start attach to the run the first one started.
+                return await self.rag.start_ask(request, trace_id)
 
             self.in_flight[trace_id] = time.monotonic()
             try:
@@ -260,7 +254,7 @@ class MixedLoad:
                 self.in_flight.pop(trace_id, None)
             return answered(answer)
 
-        return await self._timed("answer", call, ids.answer_workflow_id(trace_id))
+        return await self._timed("answer", call, answer_workflow_for(self.tenant, trace_id))
 
     async def ingest(self, n: int) -> Outcome:
         number = next(self._documents)
@@ -313,6 +307,11 @@ class MixedLoad:
 
         conversation = ids.conversation_workflow_id(self.tenant, CONVERSATION)
         return await self._timed("turn", call, conversation)
+
+
+def answer_workflow_for(tenant: str, request_key: str) -> str:
+    """The workflow id of the answer a request with this idempotency key started."""
+    return ids.answer_workflow_id(ids.trace_id(tenant, request_key, ""))
 
 
 # --- what is stored afterwards ------------------------------------------------------------------

@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "ingest": ("bench/ingest.py", []),
     "answer": ("bench/answer.py", []),
     "serving": ("bench/serving.py", []),
+    "codec": ("bench/codec.py", []),
     "dispatch": ("bench/dispatch.py", []),
     "vector_search": ("bench/vector_search.py", []),
     "retrieval": ("bench/retrieval.py", []),
@@ -142,6 +143,18 @@ def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "met": answer["overhead_p50_ms"] <= 15 if q == "p50" else "",
             })  # fmt: skip
     rows += serving_summary(results.get("serving", {}))
+    codec = results.get("codec", {})
+    if codec.get("rows"):
+        worst_ms = codec["worst_seal_plus_open_us_p50"] / 1000
+        answer_ms = codec.get("answer_p50_ms")
+        rows.append({
+            "figure": "payload encryption: seal + open per answer (ms), worst recorded answer",
+            "plain-loop baseline": answer_ms or "",
+            "durable-rag": worst_ms,
+            "ratio": worst_ms / answer_ms if answer_ms else math.nan,
+            "target": "under 1% of an answer",
+            "met": bool(answer_ms) and worst_ms / answer_ms < 0.01,
+        })  # fmt: skip
     dispatch = results.get("dispatch", {})
     if "rows" in dispatch:
         ours, defaults = dispatch["rows"][0], dispatch["rows"][1]
@@ -280,6 +293,7 @@ def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any
         ("ingest", "Ingest: IngestWorkflow against the same steps in a plain loop"),
         ("answer", "Answer: AnswerWorkflow against the same steps in a plain async function"),
         ("serving", "Serving: answers, first tokens, search under ingest, concurrent streams"),
+        ("codec", "Payload encryption: sealing and opening an answer's payloads"),
         ("dispatch", "Task dispatch: the embedded dev server's settings against its defaults"),
         ("vector_search", "Vector search on the embedded index, with filters"),
         ("retrieval", "Retrieval quality (labelled set)"),

@@ -66,9 +66,8 @@ def ask(
         from temporalio.client import WorkflowFailureError
 
         rag = await connect(settings)
-        trace = uuid.uuid4().hex[:16]
         try:
-            answer = await rag.ask(request, trace_id=trace)
+            answer = await rag.ask(request)
         except ValueError as exc:
             usage_error(str(exc))
         except WorkflowFailureError as exc:

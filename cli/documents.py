@@ -106,8 +106,7 @@ def search(
 
     async def run() -> None:
         rag = await connect(settings)
-        trace = uuid.uuid4().hex[:16]
-        response = await rag.search(query, tenant, top_k, trace_id=trace, mode=checked.mode)
+        response = await rag.search(query, tenant, top_k, mode=checked.mode)
         console.print(
             f"[bold]{escape(query)}[/bold]   trace {response.trace_id}   ({response.retrieval})"
         )

@@ -9,7 +9,8 @@ import typer
 from cli.common import console, db_sessions, load_settings, require_tenant, usage_error
 
 keys_app = typer.Typer(
-    help="Gateway API keys: one tenant each, stored hashed.", no_args_is_help=True
+    help="Gateway API keys (one tenant each, stored hashed) and the payload encryption keyring.",
+    no_args_is_help=True,
 )
 
 
@@ -56,3 +57,27 @@ def keys_revoke(
     if info is None:
         usage_error(f"no single key matches {key_id!r}; see `durable-rag keys list`")
     console.print(f"revoked {info.prefix}… of tenant {info.tenant}")
+
+
+@keys_app.command("rotate-payload-key")
+def keys_rotate_payload_key(
+    key_id: Annotated[
+        str | None, typer.Option("--id", help="The new key's id (default: k<N+1>).")
+    ] = None,
+) -> None:
+    """Add a key to the payload keyring file: it seals new payloads once the processes restart,
+    and every older key still opens what it sealed (durable-rag down && durable-rag up)."""
+    from ragkit.codec import KeyringError, rotate  # lazy: cryptography
+
+    settings = load_settings()
+    if settings.security.payload_keys is not None:
+        usage_error(
+            "the keyring comes from DURABLE_RAG_SECURITY_PAYLOAD_KEYS: append an id:base64key "
+            "entry there (the last one seals)"
+        )
+    path = settings.payload_keys_path
+    try:
+        name = rotate(path, key_id)
+    except KeyringError as exc:
+        usage_error(str(exc))
+    console.print(f"added payload key {name} to {path}; restart the processes to seal with it")

@@ -50,6 +50,7 @@ from schemas.conversation import (
     ConversationHistory,
     ConversationInput,
     ConversationKey,
+    TurnToCancel,
     WindowPlan,
 )
 from schemas.documents import DocumentDeleted, DocumentRef
@@ -151,14 +152,15 @@ class RagClient:
         tenant: str | None = None,
         on_progress: Callable[[IngestProgress], Awaitable[None]] | None = None,
     ) -> IngestResult:
-        handle = await self.start_ingest(self.ingest_request(paths, tenant))
+        request = self.ingest_request(paths, tenant)
+        handle = await self.start_ingest(request)
         if on_progress is None:
             return await handle.result()
         result_task = asyncio.ensure_future(handle.result())
         while not result_task.done():
             # A query can fail between runs (continue-as-new); the next one works.
             with contextlib.suppress(Exception):
-                await on_progress(await handle.query(IngestWorkflow.progress))
+                await on_progress(await handle.query(IngestWorkflow.progress, request.tenant))
             await asyncio.wait({result_task}, timeout=0.5)
         return result_task.result()
 
@@ -322,25 +324,72 @@ class RagClient:
             keyword_weight=s.retrieval.fusion_keyword_weight,
         )
 
+    async def _start_live(
+        self,
+        run: Any,
+        arg: Any,
+        workflow_id: str,
+        tenant: str,
+        request_key: str | None,
+        fingerprint: str,
+        summary: str,
+        result_type: type,
+    ) -> WorkflowHandle[Any, Any]:
+        """Start a live flow. With the caller's idempotency key (its id is then a hash of the
+        tenant and the key: ragkit.ids.trace_id), a retried request attaches to the run the
+        first one started, open or closed, and the same key with another body is an
+        IdempotencyConflict; the run keeps the key as a label in its memo."""
+        memo = {"tenant": tenant}
+        if request_key:
+            memo |= {"request_key": request_key, "request_hash": fingerprint}
+        try:
+            return await self.client.start_workflow(
+                run,
+                arg,
+                id=workflow_id,
+                memo=memo,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE
+                if request_key
+                else WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                static_summary=summary,
+                **self._live_start(),
+            )
+        except WorkflowAlreadyStartedError:
+            if not request_key:
+                raise
+        handle = self.client.get_workflow_handle(workflow_id, result_type=result_type)
+        described = await handle.describe()
+        if (await described.memo()).get("request_hash") != fingerprint:
+            raise IdempotencyConflict(
+                f"this X-Request-ID was used for another request (run {workflow_id})"
+            )
+        return handle
+
     async def search(
         self,
         query: str,
         tenant: str | None = None,
         top_k: int = 5,
-        trace_id: str | None = None,
+        request_key: str | None = None,
         mode: RetrievalMode | None = None,
     ) -> SearchResponse:
+        """`request_key`: the caller's idempotency key (a retried search attaches to its run)."""
         request = SearchRequest(
             tenant=tenant or self.settings.default_tenant, query=query, top_k=top_k, mode=mode
         )
-        return await self.client.execute_workflow(
+        trace = ids.trace_id(request.tenant, request_key, uuid.uuid4().hex)
+        handle = await self._start_live(
             SearchWorkflow.run,
             SearchWorkflowInput(request=request, plan=self.retrieval_plan(top_k)),
-            id=ids.search_workflow_id(trace_id or uuid.uuid4().hex),
-            memo={"tenant": request.tenant},
-            static_summary=f"search: {query[:80]}",
-            **self._live_start(),
+            ids.search_workflow_id(trace),
+            request.tenant,
+            request_key,
+            ids.short_hash(request.model_dump_json(), length=32),
+            f"search: {query[:80]}",
+            SearchResponse,
         )
+        result: SearchResponse = await handle.result()
+        return result
 
     def shadowed(self, workflow_id: str) -> bool:
         """Whether this answer is in the shadow sample: a hash of its id, so a retried start of
@@ -409,17 +458,20 @@ class RagClient:
     async def start_ask(
         self,
         request: AskRequest,
-        trace_id: str | None = None,
+        request_key: str | None = None,
         stream_id: str = "",
         history: ConversationWindow | None = None,
         model: str | None = None,
     ) -> WorkflowHandle[AnswerWorkflow, Answer]:
-        """Start an answer and return its handle (cancel it to stop generation). With a
-        `stream_id`, the text is published on that token stream as it is generated; `history`
-        carries earlier turns of a conversation the caller keeps itself. `model`: the model the
-        caller already resolved for this request (the gateway's admission did), so the default
-        alias is not read twice."""
-        workflow_id = ids.answer_workflow_id(trace_id or uuid.uuid4().hex)
+        """Start an answer and return its handle (cancel it to stop generation). `request_key`:
+        the caller's idempotency key (X-Request-ID): a retried request attaches to its run, the
+        same key with another question is an IdempotencyConflict. With a `stream_id`, the text
+        is published on that token stream as it is generated; `history` carries earlier turns
+        of a conversation the caller keeps itself. `model`: the model the caller already
+        resolved for this request (the gateway's admission did), so the default alias is not
+        read twice."""
+        trace = ids.trace_id(request.tenant, request_key, uuid.uuid4().hex)
+        workflow_id = ids.answer_workflow_id(trace)
         plan = self.answer_plan(
             request.max_answer_tokens,
             request.top_k,
@@ -442,17 +494,24 @@ class RagClient:
                 retrieval=retrieval if retrieval != plan.retrieval else None,
             )
             plan = plan.model_copy(update={"shadow": candidate})
-        return await self.client.start_workflow(
+        # What makes a retry the same request: the question and the history, not the stream
+        # it listens on or the model the default alias named at the time.
+        fingerprint = ids.short_hash(
+            request.model_dump_json(), history.model_dump_json() if history else "", length=32
+        )
+        return await self._start_live(
             AnswerWorkflow.run,
             AnswerWorkflowInput(request=request, plan=plan, history=history, stream_id=stream_id),
-            id=workflow_id,
-            memo={"tenant": request.tenant},
-            static_summary=f"answer: {request.question[:80]}",
-            **self._live_start(),
+            workflow_id,
+            request.tenant,
+            request_key,
+            fingerprint,
+            f"answer: {request.question[:80]}",
+            Answer,
         )
 
-    async def ask(self, request: AskRequest, trace_id: str | None = None) -> Answer:
-        handle = await self.start_ask(request, trace_id)
+    async def ask(self, request: AskRequest, request_key: str | None = None) -> Answer:
+        handle = await self.start_ask(request, request_key)
         return await handle.result()
 
     # --- conversations ----------------------------------------------------------------------------
@@ -519,12 +578,15 @@ class RagClient:
         """Stop the turn of `message_id` (its answer and generation; a turn still waiting is
         skipped): its `chat` fails with TurnCancelled. The user turn stays stored if it was, no
         assistant turn is. False when the conversation's workflow is not running."""
-        workflow_id = ids.conversation_workflow_id(
-            tenant or self.settings.default_tenant, conversation_id
+        turn = TurnToCancel(
+            tenant=tenant or self.settings.default_tenant,
+            conversation_id=conversation_id,
+            message_id=message_id,
         )
+        workflow_id = ids.conversation_workflow_id(turn.tenant, conversation_id)
         try:
             await self.client.get_workflow_handle(workflow_id).signal(
-                ConversationWorkflow.cancel_turn, message_id
+                ConversationWorkflow.cancel_turn, turn
             )
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
@@ -554,5 +616,6 @@ class RagClient:
         )
         return await self.client.execute_update_with_start_workflow(
             ConversationWorkflow.delete,
+            key,
             start_workflow_operation=self._conversation_start(key.tenant, conversation_id),
         )

@@ -21,7 +21,7 @@ from starlette.background import BackgroundTask
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError
 
-from durable_rag.client import RagClient
+from durable_rag.client import IdempotencyConflict, RagClient
 from gateway.errors import error_event, http_error
 from gateway.streams import in_background, text_events
 from ragkit.admission import Admission, Overloaded, Ticket
@@ -112,20 +112,31 @@ def released(events: AsyncGenerator[dict[str, str], None], ticket: Ticket) -> Ev
 async def start_answer(
     rag: RagClient,
     ask_request: AskRequest,
-    trace_id: str,
+    request_key: str | None,
     stream_id: str = "",
     history: Any = None,
     model: str | None = None,
 ) -> WorkflowHandle[Any, Answer]:
-    """`model`: the one the request was admitted for (its ticket's)."""
+    """`request_key`: the caller's X-Request-ID, if it sent one (a retry attaches to its run;
+    another body under it is 409). `model`: the one the request was admitted for (its
+    ticket's)."""
     try:
-        return await rag.start_ask(
-            ask_request, trace_id=trace_id, stream_id=stream_id, history=history, model=model
+        handle = await rag.start_ask(
+            ask_request,
+            request_key=request_key,
+            stream_id=stream_id,
+            history=history,
+            model=model,
         )
+    except IdempotencyConflict as exc:
+        raise HTTPException(409, str(exc)) from exc
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
     except RPCError as exc:
-        raise HTTPException(409, f"request id already used: {exc.message}") from exc
+        raise HTTPException(503, f"cannot start the answer: {exc.message}") from exc
+    # The trace id is the server's: this line (tagged with the request id) links the two.
+    log.info("answer run %s", handle.id)
+    return handle
 
 
 async def finish_answer(
@@ -159,14 +170,14 @@ async def start_streamed_answer(
     rag: RagClient,
     listener: TokenListener,
     ask_request: AskRequest,
-    trace_id: str,
+    request_key: str | None,
     history: Any = None,
     model: str | None = None,
 ) -> tuple[WorkflowHandle[Any, Answer], str, asyncio.Queue[Any]]:
     """The token stream first, so no token is published before anyone listens."""
     stream_id, queue = await open_stream(listener)
     try:
-        handle = await start_answer(rag, ask_request, trace_id, stream_id, history, model)
+        handle = await start_answer(rag, ask_request, request_key, stream_id, history, model)
     except BaseException:
         listener.close_stream(stream_id)
         raise

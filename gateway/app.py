@@ -26,13 +26,24 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from durable_rag.client import RagClient
 from gateway import errors
 from gateway.middleware import BodyLimit, RequestId
-from gateway.routers import admin, answers, conversations, documents, feedback, openai, runs
+from gateway.routers import (
+    admin,
+    answers,
+    codec,
+    conversations,
+    documents,
+    feedback,
+    openai,
+    runs,
+)
 from ragkit.admission import Admission
+from ragkit.codec import codec_for
 from ragkit.db import make_sessionmaker
 from ragkit.settings import Settings
 from ragkit.streaming import TokenListener
@@ -75,6 +86,16 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
     # Unless given, connected in the lifespan: the Temporal client belongs to the server's event
     # loop, and create_app runs before there is one.
     app.state.rag = rag
-    for area in (admin, answers, conversations, openai, documents, feedback, runs):
+    # For the codec endpoint (operators' decoding); a keyring that cannot load fails here.
+    app.state.codec = codec_for(settings)
+    for area in (admin, answers, conversations, openai, documents, feedback, runs, codec):
         app.include_router(area.router)
+    if app.state.codec is not None and settings.security.admin_key is not None:
+        # The Temporal UI calls the codec endpoint from its own origin.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.codec_origins,
+            allow_methods=["POST"],
+            allow_headers=["authorization", "content-type", "x-namespace"],
+        )
     return RequestId(BodyLimit(app, settings.gateway.max_body_bytes))  # type: ignore[return-value]

@@ -23,8 +23,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 class RequestId:
-    """X-Request-ID in (or a new one), on the response, in the trace id of every log line of
-    the request, and one access log line at the end. Plain ASGI: a streamed response passes
+    """X-Request-ID in (or a new one), on the response, in every log line of the request, and
+    one access log line at the end; a given one is also the request's idempotency key. Plain ASGI: a streamed response passes
     through untouched, and a client's disconnect reaches the endpoint."""
 
     def __init__(self, app: Any) -> None:
@@ -36,7 +36,11 @@ class RequestId:
             return
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         request_id = given if REQUEST_ID.match(given) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        # A caller's own id is its idempotency key within its tenant; never the trace id, which
+        # the server makes (ragkit.ids.trace_id), so no caller can name another's run.
+        state["request_key"] = given if REQUEST_ID.match(given) else None
         token = TRACE_ID.set(request_id)
         started, status = time.perf_counter(), 0
 

@@ -47,22 +47,48 @@ def conversation_id(tenant: str, conversation: str) -> uuid.UUID:
 # Every workflow id is built here, named for what the run does, so the Temporal UI reads like a
 # log. An id with a caller's key or a content hash is stable: a retried start finds the run it
 # started before (USE_EXISTING or REJECT_DUPLICATE) instead of starting a second one.
+#
+# Ids are injective in what they are built from: two different (tenant, caller input) pairs never
+# share a workflow, whatever the caller puts in either part (tests/ragkit/test_ids.py proves it).
+# A tenant name never contains TENANT_END (schemas.common.TenantId), so `<tenant>:` ends where the
+# first `:` is; what follows may contain anything, and a fixed-width part (a uuid, a hash) or a
+# trailing ordinal after the last `-` parses back the same way.
+TENANT_END = ":"
+
+
+def tenant_scoped(tenant: str, rest: str) -> str:
+    """`<tenant>:<rest>`: the tenant cannot be read two ways, so neither can the pair."""
+    if TENANT_END in tenant:
+        raise ValueError(f"a tenant name cannot contain {TENANT_END!r}: {tenant!r}")
+    return f"{tenant}{TENANT_END}{rest}"
+
+
+def trace_id(tenant: str, request_key: str | None, fresh: str) -> str:
+    """The trace id of a live request, made here, never taken from the caller: with the caller's
+    idempotency key (X-Request-ID), a hash of the tenant and the key, so a retried request finds
+    its own run and the same key from another tenant names another run; without one, `fresh`."""
+    if request_key:
+        return short_hash("trace", tenant, request_key, length=32)
+    return fresh
 
 
 def ingest_workflow_id(request: IngestRequest) -> str:
-    """`ingest-<tenant>-<source>-<hash>`: the same request maps to the same id, so a retried start
+    """`ingest-<tenant>:<source>-<hash>`: the same request maps to the same id, so a retried start
     attaches to the running ingest instead of starting a second one."""
     sources = sorted(os.path.abspath(Path(p).expanduser()) for p in request.paths)
     name = slug(Path(sources[0]).name, 24) if len(sources) == 1 else f"{len(sources)}-paths"
-    return f"ingest-{request.tenant}-{name}-{short_hash(request.tenant, *sources)}"
+    digest = short_hash("ingest", request.tenant, *sources, length=16)
+    return f"ingest-{tenant_scoped(request.tenant, f'{name}-{digest}')}"
 
 
 def upload_workflow_id(tenant: str, name: str, idempotency_key: str | None, fresh: str) -> str:
-    """With an idempotency key, `ingest-<tenant>-upload-<hash of the key>`: a retried upload
-    finds its run. Without one, every upload is a new run: `...-upload-<name>-<fresh>`."""
+    """With an idempotency key, `ingest-<tenant>:upload:<hash of the key>`: a retried upload
+    finds its run. Without one, every upload is a new run: `...:upload:<name>-<fresh>`. (A slug
+    has no `:`, so no path ingest is ever named like an upload.)"""
     if idempotency_key:
-        return f"ingest-{tenant}-upload-{short_hash(tenant, idempotency_key)}"
-    return f"ingest-{tenant}-upload-{slug(name, 24)}-{fresh}"
+        digest = short_hash("upload", tenant, idempotency_key, length=16)
+        return f"ingest-{tenant_scoped(tenant, f'upload:{digest}')}"
+    return f"ingest-{tenant_scoped(tenant, f'upload:{slug(name, 24)}-{fresh}')}"
 
 
 def search_workflow_id(trace_id: str) -> str:
@@ -80,6 +106,14 @@ def shadow_workflow_id(live_trace_id: str) -> str:
 
 
 def conversation_workflow_id(tenant: str, conversation_id: str) -> str:
+    """`conversation-<tenant>:<id>`: tenant `acme` with conversation `corp-42` and tenant
+    `acme-corp` with conversation `42` are two workflows."""
+    return f"conversation-{tenant_scoped(tenant, conversation_id)}"
+
+
+def legacy_conversation_workflow_id(tenant: str, conversation_id: str) -> str:
+    """The id conversations had before ids were injective: runs started then keep naming their
+    children after it (workflows/conversation.py)."""
     return f"conversation-{tenant}-{conversation_id}"
 
 
@@ -94,8 +128,14 @@ def summary_trace_id(conversation_workflow: str, through_ordinal: int) -> str:
     return f"{conversation_workflow}-{through_ordinal}"
 
 
+def forget_workflow_id(workflow_id: str, run_id: str) -> str:
+    """The deletion of the executions a run's text reached, started by that run (a conversation
+    deleted again in a later lifetime is another run, so another forget)."""
+    return f"forget-{workflow_id}-{run_id[:8]}"
+
+
 def delete_workflow_id(ref: DocumentRef) -> str:
-    return f"delete-{ref.tenant}-{ref.document_id}"
+    return f"delete-{tenant_scoped(ref.tenant, str(ref.document_id))}"
 
 
 def rebuild_workflow_id(collection: str) -> str:

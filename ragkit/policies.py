@@ -275,6 +275,24 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
             fallback=Fallback.FAIL_FLOW,
             expected_latency="~10 ms",
         ),
+        "forget_conversation": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            local=True,
+            start_to_close=timedelta(seconds=10),
+            retry=_retry(initial=0.2, maximum=2, attempts=5),
+            fallback=Fallback.FAIL_FLOW,
+            expected_latency="~20 ms",
+        ),
+        "forget_runs": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            # Waits (StillOpen, retried) for the conversation that asked to close, then deletes
+            # one execution per RPC: a long conversation's answers take a while.
+            start_to_close=timedelta(minutes=5),
+            heartbeat=timedelta(seconds=30),
+            retry=_retry(initial=1, maximum=10, attempts=30),
+            fallback=Fallback.FAIL_FLOW,
+            expected_latency="~5 ms per run, after the conversation closes",
+        ),
         "record_cost": ActivityPolicy(
             queue=Queue.WORKFLOW,
             local=True,

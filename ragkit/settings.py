@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -611,6 +611,43 @@ class MaintenanceSettings(BaseModel):
     )
 
 
+class SecuritySettings(BaseModel):
+    """Payload encryption and the operators' codec endpoint (ragkit/codec.py,
+    gateway/routers/codec.py)."""
+
+    model_config = _group("security_")
+
+    payload_encryption: bool = Field(
+        default=False,
+        description="Seal every Temporal payload (inputs, results, signals, local activity "
+        "results: questions, passages, answers, turns) with AES-256-GCM in each process, so the "
+        "Temporal server and its database hold only ciphertext. Every client and worker of a "
+        "deployment must agree. The production compose turns it on.",
+    )
+    payload_keys: SecretStr | None = Field(
+        default=None,
+        description="The keyring: `id:base64key` entries (32-byte keys), comma-separated, "
+        "oldest first; the last one seals, all of them open. Instead of payload_keys_file.",
+    )
+    payload_keys_file: Path | None = Field(
+        default=None,
+        description="The keyring as a file, one `id:base64key` per line, oldest first "
+        "(`durable-rag keys rotate-payload-key` appends one). Unset: <data_dir>/secrets/"
+        "payload-keys, which `durable-rag up` creates when encryption is on.",
+    )
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="Opens the gateway's codec endpoint (/codec/decode, Temporal's codec server "
+        "protocol) to operators: `Authorization: Bearer <key>`, or the UI path token derived "
+        "from it. Unset, the endpoint is off.",
+    )
+    codec_cors_origins: str = Field(
+        default="",
+        description="Comma-separated browser origins allowed to call the codec endpoint; empty: "
+        "the Temporal UI's (temporal_ui_url).",
+    )
+
+
 class WorkerSettings(BaseModel):
     """What every worker process shares: activity slots, draining, policies, metrics, faults."""
 
@@ -698,6 +735,7 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
 
     @classmethod
     def settings_customise_sources(
@@ -762,6 +800,15 @@ class Settings(BaseSettings):
         if self.gateway.request_timeout_seconds is not None:
             return self.gateway.request_timeout_seconds
         return ACCESS_TIMEOUT_FACTOR * self.llm.inference_p99_seconds
+
+    @property
+    def payload_keys_path(self) -> Path:
+        return self.security.payload_keys_file or self.data_dir / "secrets" / "payload-keys"
+
+    @property
+    def codec_origins(self) -> list[str]:
+        given = [o.strip() for o in self.security.codec_cors_origins.split(",") if o.strip()]
+        return given or [self.temporal.ui_url.rstrip("/")]
 
     @property
     def read_socket_path(self) -> Path:

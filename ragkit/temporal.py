@@ -1,27 +1,39 @@
 """The Temporal connection every process makes, and what it asks the server about workers.
 
-One place builds a client: the pydantic data converter on every client, worker and replayer, and
-the settings' address and namespace.
+One place builds a client: the pydantic data converter on every client, worker and replayer, with
+the payload codec when encryption is on (ragkit/codec.py), and the settings' address and namespace.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
+from ragkit.codec import codec_for
 from ragkit.settings import Settings
+
+
+def data_converter(settings: Settings) -> DataConverter:
+    """Pydantic payloads, sealed by the payload codec when encryption is on."""
+    codec = codec_for(settings)
+    if codec is None:
+        return pydantic_data_converter
+    return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     return await Client.connect(
         settings.temporal.address,
         namespace=settings.temporal.namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(settings),
         runtime=runtime or Runtime.default(),
     )
 

@@ -97,6 +97,15 @@ class ConversationKey(Contract):
     conversation_id: str = Field(pattern=CONVERSATION_ID_PATTERN)
 
 
+class TurnToCancel(Contract):
+    """The argument of the `cancel_turn` signal: the conversation, tenant first, and the message
+    whose turn stops."""
+
+    tenant: TenantId
+    conversation_id: str = Field(pattern=CONVERSATION_ID_PATTERN)
+    message_id: str = Field(min_length=1, max_length=128)
+
+
 class LoadedConversation(Contract):
     """What the workflow caches of Postgres: the summary and the turns after it."""
 
@@ -159,3 +168,23 @@ class ConversationHistory(Contract):
     summary: str = Field(description="As prompts show it: pinned user statements, then the rest.")
     summarized_through: int
     turns: list[StoredTurn]
+
+
+class ForgetConversationInput(Contract):
+    """A conversation to delete with what its answers left (`forget_conversation`): `answers_named`
+    is what the conversation named its turns' answers after (ragkit.ids.turn_answer_workflow_id)."""
+
+    key: ConversationKey
+    answers_named: str = Field(min_length=1, max_length=400)
+
+
+class ForgottenConversation(Contract):
+    """What deleting a conversation removed from Postgres, and the runs whose histories carried
+    its text: every turn's answer (by its user turn's ordinal) and the answers' own trace ids."""
+
+    turns_removed: int
+    user_ordinals: list[int] = Field(default_factory=list)
+    answer_trace_ids: list[str] = Field(default_factory=list)
+    rows_removed: dict[str, int] = Field(
+        default_factory=dict, description="Rows removed per table, beside the turns."
+    )

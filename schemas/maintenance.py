@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import Field
 
 from schemas.common import Contract
@@ -51,3 +53,19 @@ class CompactionReport(Contract):
     counts_match: bool = Field(description="The index holds exactly the live chunks.")
     transcripts_removed: int = Field(default=0, description="Transcripts past their retention.")
     degradations: list[str] = Field(default_factory=list)
+
+
+class ForgetRunsInput(Contract):
+    """Temporal executions to delete, with every run of each id (continue-as-new chains). The
+    run `wait_for` (a workflow that asked for its own deletion) is deleted once it has closed;
+    runs started after `started_before` are left alone (a conversation started again later)."""
+
+    workflow_ids: list[str] = Field(max_length=100_000)
+    wait_for: str = ""
+    started_before: datetime
+
+
+class ForgetRunsOutput(Contract):
+    workflows: int = Field(description="Workflow ids looked up.")
+    runs_deleted: int = Field(description="Runs deleted (open ones terminated first).")
+    runs_kept: int = Field(description="Runs started after started_before, left alone.")

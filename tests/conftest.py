@@ -35,6 +35,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from durable_rag.stack.postgres import EmbeddedPostgres, migrate
 from durable_rag.stack.process import free_port
 from durable_rag.stack.temporal import TemporalDevServer
+from ragkit import ids
 from ragkit.db import make_sessionmaker
 from ragkit.embedding import Embedder, load_embedder
 from ragkit.index import VectorIndex, open_index
@@ -177,6 +178,12 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
     )
     yield engine
     engine.close()
+
+
+def answer_of(tenant: str, request_id: str) -> str:
+    """The workflow id of the answer a gateway request with this X-Request-ID started: the
+    server makes trace ids from the tenant and the caller's key (ragkit.ids.trace_id)."""
+    return ids.answer_workflow_id(ids.trace_id(tenant, request_id, ""))
 
 
 def make_settings(**overrides: Any) -> Settings:

@@ -189,6 +189,22 @@ def test_workers_run_in_production_profile_with_metrics(
     assert ":9100/metrics" in healthcheck
 
 
+def test_production_seals_every_payload_with_the_mounted_keyring(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    """Every process that talks to Temporal encrypts (they must agree), with the keyring from a
+    compose secret, never from the image or a variable."""
+    talking = [n for n, s in services.items() if _environment(s).get("DURABLE_RAG_PROFILE")]
+    assert {"cpu-worker", "gpu-worker", "llm-worker", "gateway"} <= set(talking)
+    for name in talking:
+        env = _environment(services[name])
+        assert env.get("DURABLE_RAG_SECURITY_PAYLOAD_ENCRYPTION") == "true", name
+        assert env.get("DURABLE_RAG_SECURITY_PAYLOAD_KEYS_FILE") == "/run/secrets/payload-keys"
+        assert "payload-keys" in services[name].get("secrets", []), name
+        assert "DURABLE_RAG_SECURITY_PAYLOAD_KEYS" not in env, name
+    assert compose["secrets"]["payload-keys"]["file"] == "./deploy/secrets/payload-keys"
+
+
 def test_images_build_from_existing_dockerfile_targets(services: dict[str, dict[str, Any]]) -> None:
     stages = set(
         re.findall(r"(?im)^\s*FROM\s+\S+\s+AS\s+([A-Za-z0-9_.-]+)\s*$", DOCKERFILE.read_text())

@@ -29,6 +29,7 @@ from activities.documents import DocumentActivities
 from activities.evaluation import EvaluationActivities
 from activities.history import HistoryActivities
 from activities.retrieval import RetrievalActivities
+from activities.runs import RunActivities
 from ragkit.db import make_sessionmaker
 from ragkit.embedding import Embedder
 from ragkit.index.reads import IndexReader
@@ -48,6 +49,7 @@ from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow
 from workflows.delete_document import DeleteDocumentWorkflow
 from workflows.evaluation import EvaluationWorkflow
+from workflows.forget import ForgetRunsWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.rebuild import RebuildIndexWorkflow
 from workflows.search import SearchWorkflow
@@ -61,6 +63,7 @@ WORKFLOWS = [
     CompactionWorkflow,
     RebuildIndexWorkflow,
     EvaluationWorkflow,
+    ForgetRunsWorkflow,
 ]
 # What the live worker runs: the flows a person waits on.
 LIVE_WORKFLOWS = [SearchWorkflow, AnswerWorkflow, ConversationWorkflow]
@@ -102,6 +105,7 @@ def build_worker(
         history.append_turn,
         history.save_summary,
         history.delete_conversation,
+        history.forget_conversation,
     ]
     bulk: list[Any] = [
         documents.discover_files,
@@ -115,6 +119,7 @@ def build_worker(
         documents.vacuum_chunks,
         costs.purge_transcripts,
         evaluation.store_eval_report,
+        RunActivities(client).forget_runs,
     ]
     t, w = settings.temporal, settings.worker
     return Worker(

@@ -1,6 +1,6 @@
 """ConversationWorkflow: one long-lived entity per conversation (R16, R17).
 
-Id `conversation-<tenant>-<id>`. Each user message arrives as the `send` update, sent with
+Id `conversation-<tenant>:<id>` (ragkit/ids.py). Each user message arrives as the `send` update, sent with
 update-with-start, so the first message creates the workflow. Turns are applied strictly one at
 a time (a lock; updates are delivered in the order they were accepted). Each turn:
 
@@ -61,17 +61,25 @@ with workflow.unsafe.imports_passed_through():
         ConversationInput,
         ConversationKey,
         ConversationState,
+        ForgetConversationInput,
         SaveSummaryInput,
         SummarizeInput,
         TurnMessage,
+        TurnToCancel,
     )
+    from schemas.maintenance import ForgetRunsInput
     from workflows.answer import AnswerWorkflow
-    from workflows.calls import call, degrade, describe
+    from workflows.calls import call, degrade, describe, policy_table
+    from workflows.forget import ForgetRunsWorkflow
 
 # Chat-template tokens around each turn (role markers, separators).
 TURN_OVERHEAD_TOKENS = 4
 # The `send` update's failure type when the turn was stopped by `cancel_turn`.
 TURN_CANCELLED = "TurnCancelled"
+# workflow.patched ids: the branch taken by runs started after the change.
+INJECTIVE_IDS = "injective-ids"
+FORGET_ON_DELETE = "forget-on-delete"
+TENANT_CHECKED_SIGNALS = "tenant-checked-signals"
 
 
 def turn_tokens(turn: TurnMessage) -> int:
@@ -92,8 +100,6 @@ class ConversationWorkflow:
     def __init__(self, wf_input: ConversationInput) -> None:
         self.input = wf_input
         self.key = ConversationKey(tenant=wf_input.tenant, conversation_id=wf_input.conversation_id)
-        # From the input, not workflow.info(): child ids must not depend on how a run is named.
-        self.workflow_id = ids.conversation_workflow_id(wf_input.tenant, wf_input.conversation_id)
         self.lock = asyncio.Lock()
         self.loaded = False
         self.summary = ""  # the model's part of the rolling summary
@@ -149,40 +155,104 @@ class ConversationWorkflow:
     @send.validator
     def _validate_send(self, update: ChatUpdate) -> None:
         request = update.request
-        if (request.tenant, request.conversation_id) != (
-            self.key.tenant,
-            self.key.conversation_id,
-        ):
+        if not self._mine(request.tenant, request.conversation_id):
             raise ValueError("the message names another conversation than this workflow's")
         if self.closing:
             raise ValueError("this conversation was deleted")
 
     @workflow.signal
-    def cancel_turn(self, message_id: str) -> None:
-        """Stop the turn of `message_id`: its answer is cancelled if it runs, or the turn is
+    def cancel_turn(self, turn: TurnToCancel | str) -> None:
+        """Stop the turn of a message id: its answer is cancelled if it runs, or the turn is
         skipped if it still waits; its `send` fails with TurnCancelled. A turn already done,
-        or an unknown id, is left alone."""
+        or an unknown id, is left alone. A signal that names another tenant's conversation is
+        ignored (a signal cannot be refused)."""
+        if isinstance(turn, str):
+            # The bare message id signals carried before they named their conversation: kept
+            # for runs that recorded one, ignored from then on (it proves no tenant).
+            if workflow.patched(TENANT_CHECKED_SIGNALS):
+                workflow.logger.warning("cancel_turn without its conversation ignored")
+                return
+            message_id = turn
+        elif self._mine(turn.tenant, turn.conversation_id):
+            message_id = turn.message_id
+        else:
+            workflow.logger.warning("cancel_turn for another conversation ignored")
+            return
         self.cancelled.add(message_id)
         child = self.answering.get(message_id)
         if child is not None:
             child.cancel()
 
     @workflow.update
-    async def delete(self) -> int:
-        """Remove the conversation, its turns and summaries; returns the turns removed."""
+    async def delete(self, key: ConversationKey | None = None) -> int:
+        """Remove the conversation, its turns and summaries; returns the turns removed. `key`
+        names the conversation, tenant first: the validator refuses any other (runs recorded
+        before it was required replay with none)."""
         self.events += 1
         async with self.lock:
-            removed = await call(
-                HistoryActivities.delete_conversation,
-                self.key,
-                summary="delete the conversation, its turns and summaries",
-            )
+            if workflow.patched(FORGET_ON_DELETE):
+                removed = await self._forget()
+            else:
+                removed = await call(
+                    HistoryActivities.delete_conversation,
+                    self.key,
+                    summary="delete the conversation, its turns and summaries",
+                )
             self.closing = True
             self.turns, self.summary, self.facts = [], "", []
             return removed
 
+    def _named(self) -> str:
+        """What children and engine requests are named after: the conversation's id, from the
+        input, not workflow.info(), so they never depend on how a run is named. Runs started
+        before ids were injective keep the old form (their recorded children carry it)."""
+        key = self.key
+        if workflow.patched(INJECTIVE_IDS):
+            return ids.conversation_workflow_id(key.tenant, key.conversation_id)
+        return ids.legacy_conversation_workflow_id(key.tenant, key.conversation_id)
+
+    async def _forget(self) -> int:
+        """Delete the conversation and what its answers left in Postgres, then hand the runs
+        whose histories carried its text to ForgetRunsWorkflow (abandoned, on the bulk queue),
+        which deletes them once this run has closed. Returns the turns removed."""
+        named = self._named()
+        forgot = await call(
+            HistoryActivities.forget_conversation,
+            ForgetConversationInput(key=self.key, answers_named=named),
+            summary="delete the conversation, its turns, summaries and what its answers left",
+        )
+        answers = sorted(
+            {ids.turn_answer_workflow_id(named, o) for o in forgot.user_ordinals}
+            | set(forgot.answer_trace_ids)
+        )
+        own = workflow.info()
+        await workflow.start_child_workflow(
+            ForgetRunsWorkflow.run,
+            ForgetRunsInput(
+                workflow_ids=[*answers, *map(ids.shadow_workflow_id, answers), own.workflow_id],
+                wait_for=own.workflow_id,
+                started_before=workflow.now(),
+            ),
+            id=ids.forget_workflow_id(own.workflow_id, own.run_id),
+            task_queue=policy_table().queue_name(policies.Queue.WORKFLOW),
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            static_summary=f"delete the runs of a deleted conversation ({len(answers)} answers)",
+        )
+        return forgot.turns_removed
+
+    @delete.validator
+    def _validate_delete(self, key: ConversationKey | None = None) -> None:
+        if key is None or not self._mine(key.tenant, key.conversation_id):
+            raise ValueError("the delete names another conversation than this workflow's")
+
+    def _mine(self, tenant: str, conversation_id: str) -> bool:
+        return (tenant, conversation_id) == (self.key.tenant, self.key.conversation_id)
+
     @workflow.query
-    def state(self) -> ConversationState:
+    def state(self, key: ConversationKey) -> ConversationState:
+        """The conversation's state, for the caller that names it (tenant first)."""
+        if not self._mine(key.tenant, key.conversation_id):
+            raise ValueError("the query names another conversation than this workflow's")
         return ConversationState(
             next_ordinal=self.next_ordinal,
             summary=render_summary(self.facts, self.summary),
@@ -286,7 +356,7 @@ class ConversationWorkflow:
                 history=history,
                 stream_id=request.stream_id,
             ),
-            id=ids.turn_answer_workflow_id(self.workflow_id, ordinal),
+            id=ids.turn_answer_workflow_id(self._named(), ordinal),
             # The conversation's own (live, short) task timeout: a lost task of the turn's
             # answer is redelivered as soon as the conversation's would be.
             task_timeout=workflow.info().task_timeout,
@@ -375,7 +445,7 @@ class ConversationWorkflow:
             folded = await call(
                 InferenceActivities.summarize,
                 SummarizeInput(
-                    trace_id=ids.summary_trace_id(self.workflow_id, fold[-1].ordinal),
+                    trace_id=ids.summary_trace_id(self._named(), fold[-1].ordinal),
                     previous_summary=self.summary,
                     turns=fold,
                     max_tokens=max(16, model_tokens),

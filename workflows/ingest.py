@@ -37,14 +37,19 @@ with workflow.unsafe.imports_passed_through():
 
 @workflow.defn
 class IngestWorkflow:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, wf_input: IngestWorkflowInput) -> None:
+        self._tenant = wf_input.request.tenant
         self._stage = "starting"
         self._totals = IngestTotals()
         self._failures: list[DocumentFailure] = []
         self._degradations: list[str] = []
 
     @workflow.query
-    def progress(self) -> IngestProgress:
+    def progress(self, tenant: str) -> IngestProgress:
+        """How far the ingest is, for the tenant it ingests for (another's query fails)."""
+        if tenant != self._tenant:
+            raise ValueError("the query names another tenant than this ingest's")
         return IngestProgress(stage=self._stage, totals=self._totals)
 
     @workflow.run

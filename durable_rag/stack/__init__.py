@@ -30,6 +30,7 @@ from durable_rag.stack.workers import (
     worker_process,
     worker_queue,
 )
+from ragkit.codec import rotate, ui_token
 from ragkit.settings import Settings
 
 
@@ -60,8 +61,26 @@ class EmbeddedStack:
             settings.temporal.ui_port,
             settings.temporal.metrics_port,
             settings.temporal.namespace,
+            ui_codec_endpoint=self.ui_codec_endpoint(),
         )
         self.postgres = EmbeddedPostgres(self.data_dir / "postgres", settings.postgres.port)
+
+    def ui_codec_endpoint(self) -> str | None:
+        """With payload encryption and an admin key, the UI decodes through the gateway, by the
+        path token derived from the key (the UI sends no header)."""
+        security = self.settings.security
+        if not security.payload_encryption or security.admin_key is None:
+            return None
+        token = ui_token(security.admin_key.get_secret_value())
+        return f"http://127.0.0.1:{self.settings.gateway.port}/codec/{token}"
+
+    def ensure_keyring(self, echo: Callable[[str], object]) -> None:
+        """Encryption on and no keyring yet: make the keyring file (mode 0600, one key)."""
+        security = self.settings.security
+        path = self.settings.payload_keys_path
+        if security.payload_encryption and security.payload_keys is None and not path.exists():
+            rotate(path)
+            echo(f"created    payload keyring  {path} (keep it: it opens every run)")
 
     def queue_for(self, kind: str) -> str:
         return worker_queue(self.settings, kind)
@@ -82,6 +101,7 @@ class EmbeddedStack:
         self.postgres.ensure_database(self.settings.postgres.database)
         migrate(self.settings.postgres.sqlalchemy_url)
         echo("migrated Postgres schema (alembic upgrade head)")
+        self.ensure_keyring(echo)
         if workers:
             env = dict(os.environ)
             env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)

@@ -32,6 +32,7 @@ class TemporalDevServer:
         metrics_port: int,
         namespace: str = "default",
         dynamic_config: tuple[str, ...] = DYNAMIC_CONFIG,
+        ui_codec_endpoint: str | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.port = port
@@ -39,6 +40,8 @@ class TemporalDevServer:
         self.metrics_port = metrics_port
         self.namespace = namespace
         self.dynamic_config = dynamic_config
+        # Where the Web UI decodes sealed payloads (the gateway's codec endpoint), if encrypted.
+        self.ui_codec_endpoint = ui_codec_endpoint
         self.process = Process(
             "Temporal dev server",
             data_dir / "run" / "temporal.pid",
@@ -82,6 +85,8 @@ class TemporalDevServer:
         for value in self.dynamic_config:
             argv += ["--dynamic-config-value", value]
         argv += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
+        if self.ui_port and self.ui_codec_endpoint:
+            argv += ["--ui-codec-endpoint", self.ui_codec_endpoint]
         self.process.spawn(argv)
         try:
             self.wait_healthy(timeout)

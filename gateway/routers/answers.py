@@ -34,7 +34,7 @@ async def ask(
     cancels it, and generation stops."""
     ask_request = AskRequest(tenant=tenant, **body.model_dump())
     with await admit(request, admission, rag, body.model, ask_request.max_answer_tokens) as ticket:
-        handle = await start_answer(rag, ask_request, request.state.request_id, model=ticket.model)
+        handle = await start_answer(rag, ask_request, request.state.request_key, model=ticket.model)
         return await finish_answer(handle, settings.access_timeout_seconds, request)
 
 
@@ -58,7 +58,7 @@ async def ask_stream(
     ticket = await admit(request, admission, rag, body.model, ask_request.max_answer_tokens)
     try:
         handle, stream_id, queue = await start_streamed_answer(
-            rag, listener, ask_request, request.state.request_id, model=ticket.model
+            rag, listener, ask_request, request.state.request_key, model=ticket.model
         )
     except BaseException:
         ticket.release()

@@ -58,19 +58,19 @@ async def chat_completions(
         raise HTTPException(404, str(exc)) from exc
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
-    trace_id = request.state.request_id
+    request_key = request.state.request_key
     timeout = settings.access_timeout_seconds
     ticket = await admit(request, admission, rag, model, ask_request.max_answer_tokens)
     if not body.stream:
         with ticket:
             handle = await start_answer(
-                rag, ask_request, trace_id, history=history, model=ticket.model
+                rag, ask_request, request_key, history=history, model=ticket.model
             )
             answer = await finish_answer(handle, timeout, request)
         return openai_compat.completion(answer, body.model)
     try:
         handle, stream_id, queue = await start_streamed_answer(
-            rag, listener, ask_request, trace_id, history, ticket.model
+            rag, listener, ask_request, request_key, history, ticket.model
         )
     except BaseException:
         ticket.release()

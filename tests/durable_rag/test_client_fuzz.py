@@ -227,7 +227,7 @@ def test_ingest_request_and_its_workflow_id(given_paths: list[str], tenant: str 
     assert workflow_id == ingest_workflow_id(RAG.ingest_request(given_paths, tenant))
     assert workflow_id == ingest_workflow_id(RAG.ingest_request(given_paths[::-1], tenant))
     assert re.fullmatch(
-        rf"ingest-{re.escape(request.tenant)}-[a-z0-9-]+-[0-9a-f]{{12}}", workflow_id
+        rf"ingest-{re.escape(request.tenant)}:[a-z0-9-]+-[0-9a-f]{{16}}", workflow_id
     )
     assert len(workflow_id.encode()) <= MAX_WORKFLOW_ID_BYTES
     assert through_temporal(request) == request
@@ -358,7 +358,7 @@ def test_delete_workflow_ids(tenant: str, document: uuid.UUID | str) -> None:
     except ValidationError:
         return
     workflow_id = delete_workflow_id(ref)
-    assert workflow_id == f"delete-{ref.tenant}-{ref.document_id}"
+    assert workflow_id == f"delete-{ref.tenant}:{ref.document_id}"
     assert workflow_id.isascii() and len(workflow_id.encode()) <= MAX_WORKFLOW_ID_BYTES
 
 

@@ -11,16 +11,19 @@ from pathlib import Path
 
 import httpx
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
 from gateway.app import create_app
 from ragkit.embedding import Embedder
+from ragkit.ids import conversation_workflow_id
 from ragkit.llm.engine import VllmEngine
 from ragkit.store import keys
-from tests.conftest import Database
+from schemas.conversation import ConversationKey, TurnToCancel
+from tests.conftest import Database, answer_of
 from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
+from workflows.conversation import ConversationWorkflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -141,7 +144,7 @@ async def test_bad_input_gets_a_precise_4xx_and_starts_nothing(
             )
             assert response.status_code == status, (body, response.text[:300])
             assert word in response.text
-            assert await never_started(client, f"answer-{request_id}")
+            assert await never_started(client, answer_of("t", request_id))
         response = await http.post(
             "/v1/ask",
             content=b"{not json",
@@ -156,7 +159,7 @@ async def test_bad_input_gets_a_precise_4xx_and_starts_nothing(
             "/v1/conversations/ok/messages", json={"message": ""}, headers=bearer(key)
         )
         assert response.status_code == 422
-        assert await never_started(client, "conversation-t-ok")
+        assert await never_started(client, conversation_workflow_id("t", "ok"))
 
 
 async def test_answers_and_conversations_stay_within_the_callers_tenant(
@@ -179,13 +182,13 @@ async def test_answers_and_conversations_stay_within_the_callers_tenant(
         assert response.status_code == 200, response.text
         assert response.headers["X-Request-ID"] == request_id
         answer = response.json()
-        assert answer["trace_id"] == f"answer-{request_id}"
+        assert answer["trace_id"] == answer_of("t", request_id)
         assert any(Path(c["source"]).name == EXPECTED for c in answer["citations"])
 
-        run = await http.get(f"/v1/runs/answer-{request_id}", headers=bearer(key_t))
+        run = await http.get(f"/v1/runs/{answer_of('t', request_id)}", headers=bearer(key_t))
         assert run.status_code == 200 and run.json()["status"] == "completed", run.text
         assert (
-            await http.get(f"/v1/runs/answer-{request_id}", headers=bearer(key_u))
+            await http.get(f"/v1/runs/{answer_of('t', request_id)}", headers=bearer(key_u))
         ).status_code == 404
 
         # A question the model's context cannot hold fails in the workflow: still the caller's
@@ -217,3 +220,86 @@ async def test_answers_and_conversations_stay_within_the_callers_tenant(
         assert deleted.status_code == 200 and deleted.json() == {"deleted_turns": 0}
         still = await http.get(f"/v1/conversations/{conversation}", headers=bearer(key_t))
         assert still.status_code == 200 and len(still.json()["turns"]) == 2
+
+
+async def test_tenants_whose_ids_once_collided_stay_apart_and_a_request_id_is_only_a_key(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    gateway_data: Path,
+) -> None:
+    """The holes ids left between tenants, one regression each: `acme` + `corp-x` and
+    `acme-corp` + `x` were one conversation workflow (the second tenant's messages refused, and
+    its delete took the first's conversation); a caller's X-Request-ID was the trace id, so
+    another tenant could reuse it and take over the run's cost row, transcript, run status and
+    feedback; and a duplicate id while the first run was open was a 500."""
+    _, key_a = keys.create_key(module_database.sessions, "acme")
+    _, key_b = keys.create_key(module_database.sessions, "acme-corp")
+    suffix = uuid.uuid4().hex[:8]
+    message = {"message": QUESTION, "max_answer_tokens": 8, "top_k": 1}
+    a_conversation, b_conversation = f"corp-{suffix}", suffix
+    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, _):
+        # 1. Two conversations, two workflows: both tenants are served.
+        for conversation, key in ((a_conversation, key_a), (b_conversation, key_b)):
+            sent = await http.post(
+                f"/v1/conversations/{conversation}/messages", json=message, headers=bearer(key)
+            )
+            assert sent.status_code == 200, sent.text
+        a_workflow = conversation_workflow_id("acme", a_conversation)
+        assert a_workflow != conversation_workflow_id("acme-corp", b_conversation)
+        deleted = await http.delete(f"/v1/conversations/{b_conversation}", headers=bearer(key_b))
+        assert deleted.status_code == 200 and deleted.json() == {"deleted_turns": 2}
+        mine = await http.get(f"/v1/conversations/{a_conversation}", headers=bearer(key_a))
+        assert mine.status_code == 200 and len(mine.json()["turns"]) == 2, mine.text
+
+        # Straight through Temporal, the handlers check the tenant too.
+        handle = client.get_workflow_handle(a_workflow)
+        theirs = ConversationKey(tenant="acme-corp", conversation_id=b_conversation)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(ConversationWorkflow.delete, theirs)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("delete")  # naming no conversation
+        with pytest.raises(WorkflowQueryFailedError):
+            await handle.query(ConversationWorkflow.state, theirs)
+        own = ConversationKey(tenant="acme", conversation_id=a_conversation)
+        assert (await handle.query(ConversationWorkflow.state, own)).next_ordinal == 2
+        await handle.signal(  # names another conversation: ignored
+            ConversationWorkflow.cancel_turn,
+            TurnToCancel(tenant="acme-corp", conversation_id=b_conversation, message_id="m"),
+        )
+        mine = await http.get(f"/v1/conversations/{a_conversation}", headers=bearer(key_a))
+        assert len(mine.json()["turns"]) == 2
+
+        # 2. A request id is the caller's key within its tenant; the trace id is the server's.
+        request_id = f"same-{suffix}"
+        body = {"question": QUESTION, "max_answer_tokens": 8, "top_k": 1}
+
+        async def ask(key: str, rid: str, json: dict[str, object] = body) -> httpx.Response:
+            return await http.post(
+                "/v1/ask", json=json, headers=bearer(key) | {"X-Request-ID": rid}
+            )
+
+        first = await ask(key_a, request_id)
+        assert first.status_code == 200, first.text
+        trace = first.json()["trace_id"]
+        assert request_id not in trace and trace == answer_of("acme", request_id)
+        retried = await ask(key_a, request_id)  # a client's retry: the same run's answer
+        assert retried.status_code == 200 and retried.json()["trace_id"] == trace
+        assert retried.json()["answer"] == first.json()["answer"]
+        changed = await ask(key_a, request_id, {**body, "question": "Something else?"})
+        assert changed.status_code == 409 and "X-Request-ID" in changed.text, changed.text
+        other = await ask(key_b, request_id)  # the same id from another tenant: its own run
+        assert other.status_code == 200 and other.json()["trace_id"] != trace
+        row = "SELECT tenant FROM answer_costs WHERE trace_id = %s"
+        assert module_database.scalar(row, trace) == "acme"
+        assert (await http.get(f"/v1/runs/{trace}", headers=bearer(key_b))).status_code == 404
+        vote = await http.post(
+            "/v1/feedback", json={"trace_id": trace, "rating": "down"}, headers=bearer(key_b)
+        )
+        assert vote.status_code == 404
+
+        # 3. The same id twice at once: one run, both answered (never a 500).
+        twice = await asyncio.gather(*(ask(key_a, f"twice-{suffix}") for _ in range(2)))
+        assert [r.status_code for r in twice] == [200, 200], [r.text for r in twice]
+        assert twice[0].json()["trace_id"] == twice[1].json()["trace_id"]

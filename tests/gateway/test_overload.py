@@ -22,7 +22,7 @@ from ragkit.embedding import Embedder
 from ragkit.ids import conversation_workflow_id
 from ragkit.llm.engine import VllmEngine
 from ragkit.store import keys
-from tests.conftest import Database
+from tests.conftest import Database, answer_of
 from tests.gateway.test_streaming import ESSAY, bearer, closed_status, served, sse
 from tests.workflows.test_answer import QUESTION, ingest_sample
 from tests.workflows.test_ingest import save_history
@@ -103,7 +103,7 @@ async def test_a_client_leaving_a_plain_answer_stops_generation_within_a_second(
             stopped[path] = await leave(
                 asyncio.create_task(http.post(path, json=body, headers=headers)), engine
             )
-            assert await closed_status(client, f"answer-{request_id}") == "CANCELED", path
+            assert await closed_status(client, answer_of("t", request_id)) == "CANCELED", path
     print({path: f"engine stopped {s:.3f} s after the client left" for path, s in stopped.items()})
     assert all(s < 1.0 for s in stopped.values()), stopped
 
@@ -118,7 +118,7 @@ async def test_a_client_leaving_a_conversation_turn_stops_it_and_the_record_stay
     _, key = keys.create_key(module_database.sessions, "t")
     conversation = f"c-{uuid.uuid4().hex[:8]}"
     messages = f"/v1/conversations/{conversation}/messages"
-    turn = f"answer-conversation-t-{conversation}"
+    turn = f"answer-{conversation_workflow_id('t', conversation)}"
     async with served(client, module_database, embedder, engine, overload_data) as (http, _):
         # Streamed: leave at the first token.
         streamed = {"message": ESSAY, "message_id": "m-0", "max_answer_tokens": LONG}
@@ -222,14 +222,14 @@ async def test_a_model_at_its_bound_answers_429_with_retry_after_and_starts_no_w
                     detail["error"]["message"] if "chat/completions" in path else detail["detail"]
                 )
                 assert "overloaded" in message_text and "retry after 26 s" in message_text
-                assert await never_started(client, f"answer-{request_id}"), path
+                assert await never_started(client, answer_of("t", request_id)), path
             refusing = time.monotonic() - started
             exposition = (await http.get("/metrics")).text
             assert engine.running_requests() > 0, "the holder's answer is still generating"
             await held.aclose()
-        assert await never_started(client, f"conversation-t-{conversation}")
+        assert await never_started(client, conversation_workflow_id("t", conversation))
         # The holder left (its run is cancelled once its slot is released): room again.
-        assert await closed_status(client, f"answer-{holding}") == "CANCELED"
+        assert await closed_status(client, answer_of("t", holding)) == "CANCELED"
         answered = await http.post("/v1/ask", json=ask, headers=bearer(key))
         assert answered.status_code == 200, answered.text
     model = rag.settings.llm.name
@@ -284,7 +284,7 @@ async def test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops(
         )
         assert response.status_code == 504, response.text
         assert "no answer within 3 s" in response.json()["detail"]
-        assert await closed_status(client, f"answer-{request_id}") == "CANCELED"
+        assert await closed_status(client, answer_of("t", request_id)) == "CANCELED"
 
         async def streamed() -> list[tuple[str, str]]:
             async with http.stream(
@@ -297,7 +297,7 @@ async def test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops(
 
         events, _, stream_stopped = await timed_out(engine, streamed())
         assert events[-1][0] == "error" and json.loads(events[-1][1])["status"] == 504, events
-        assert await closed_status(client, f"answer-{stream_id}") == "CANCELED"
+        assert await closed_status(client, answer_of("t", stream_id)) == "CANCELED"
 
         turn, _, turn_stopped = await timed_out(
             engine,
@@ -308,7 +308,10 @@ async def test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops(
             ),
         )
         assert turn.status_code == 504 and "the turn was cancelled" in turn.text, turn.text
-        assert await closed_status(client, f"answer-conversation-t-{conversation}-0") == "CANCELED"
+        assert (
+            await closed_status(client, f"answer-{conversation_workflow_id('t', conversation)}-0")
+            == "CANCELED"
+        )
         exposition = (await http.get("/metrics")).text
     for route in ("answer", "answer_stream", "turn"):
         assert f'durable_rag_http_timeouts_total{{route="{route}"}}' in exposition, route

@@ -34,7 +34,7 @@ from ragkit.logs import trace_id_of
 from ragkit.settings import Settings
 from ragkit.store import keys
 from ragkit.temporal import connect
-from tests.conftest import Database
+from tests.conftest import Database, answer_of
 from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
 from tests.workflows.test_ingest import save_history
 from workers.common import temporal_runtime
@@ -147,16 +147,16 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
             await asyncio.sleep(0.05)
     kinds = [event for event, _ in events]
     assert kinds[0] == "start" and kinds[-1] == "answer", kinds
-    assert json.loads(events[0][1]) == {"trace_id": f"answer-{request_id}"}
+    assert json.loads(events[0][1]) == {"trace_id": answer_of("t", request_id)}
     tokens = [json.loads(data)["text"] for event, data in events if event == "token"]
     assert len(tokens) >= 3, f"the text came in {len(tokens)} event(s), not as a stream"
     answer = json.loads(events[-1][1])
     assert "reset" not in kinds
     assert "".join(tokens).strip() == answer["answer"]
-    assert answer["trace_id"] == f"answer-{request_id}"
+    assert answer["trace_id"] == answer_of("t", request_id)
     assert any(Path(c["source"]).name == EXPECTED for c in answer["citations"])
     assert {"retrieve", "generate"} <= set(answer["timings_ms"])
-    await save_history(client, f"answer-{request_id}", "answer-streamed")
+    await save_history(client, answer_of("t", request_id), "answer-streamed")
 
     # Service, model and business metrics, lint-clean for Prometheus (R21).
     promtool = shutil.which("promtool")
@@ -182,22 +182,25 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
         assert family in exposition, family
     # Trace ids ride as exemplars (OpenMetrics) of the latency series, never as labels.
     assert f'# {{trace_id="{request_id}"}}' in openmetrics
-    assert f'# {{trace_id="answer-{request_id}"}}' in openmetrics
+    assert f'# {{trace_id="{answer_of("t", request_id)}"}}' in openmetrics
     assert request_id not in exposition
 
     # The exact prompt and output are kept apart, in transcripts, and never logged at INFO.
     messages, output = module_database.rows(
-        "SELECT messages, output FROM transcripts WHERE trace_id = %s", f"answer-{request_id}"
+        "SELECT messages, output FROM transcripts WHERE trace_id = %s", answer_of("t", request_id)
     )[0]
     assert output == answer["answer"] and QUESTION in messages[-1]["content"]
     assert messages[0]["role"] == "system"
     logged = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.INFO)
     assert messages[0]["content"][:60] not in logged and messages[-1]["content"] not in logged
 
-    # One trace id from the gateway through the workflow and its activities (R7).
-    traced = [r for r in caplog.records if request_id in trace_id_of(r)]
-    loggers = {r.name for r in traced}
-    assert "durable_rag.gateway" in loggers, loggers
+    # The request id tags the gateway's lines, one of which names the run; the run's trace id
+    # (the server's) tags the workflow's and its activities' lines (R7).
+    trace = answer_of("t", request_id)
+    requested = [r for r in caplog.records if request_id in trace_id_of(r)]
+    assert "durable_rag.gateway" in {r.name for r in requested}, {r.name for r in requested}
+    assert any(f"answer run {trace}" == r.getMessage() for r in requested)
+    loggers = {r.name for r in caplog.records if trace_id_of(r) == trace}
     assert "temporalio.workflow" in loggers, loggers
     assert "temporalio.activity" in loggers, loggers
 
@@ -295,7 +298,7 @@ async def test_leaving_mid_stream_stops_generation_in_the_engine_within_a_second
             assert time.monotonic() - left_at < 5, "the engine kept generating"
             await asyncio.sleep(0.01)
         stopped_after = time.monotonic() - left_at
-        assert await closed_status(client, f"answer-{request_id}") == "CANCELED"
+        assert await closed_status(client, answer_of("t", request_id)) == "CANCELED"
     print(f"generation stopped {stopped_after:.3f} s after the client left")  # shown with -s
     assert stopped_after < 1.0, f"generation stopped {stopped_after:.2f} s after the client left"
 
@@ -470,7 +473,9 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
         llm_queue_bound=50,
     ) as (http, _):
         streams = await asyncio.gather(*(one(http, n) for n in range(50)))
-        statuses = [await closed_status(client, f"answer-load-{batch}-{n}") for n in range(50)]
+        statuses = [
+            await closed_status(client, answer_of("t", f"load-{batch}-{n}")) for n in range(50)
+        ]
     # Every stream got its text as tokens and ended with the answer of record; none ended in an
     # error event or without one.
     broken = {

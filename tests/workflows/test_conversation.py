@@ -23,7 +23,7 @@ from durable_rag.stack.workers import spawn_worker, wait_worker_ready
 from ragkit.embedding import Embedder
 from ragkit.ids import conversation_workflow_id
 from ragkit.llm.engine import VllmEngine
-from schemas.conversation import ChatRequest, ConversationHistory
+from schemas.conversation import ChatRequest, ConversationHistory, ConversationKey
 from tests.conftest import Database
 from tests.workflows.test_answer import answering, ingest_sample
 from tests.workflows.test_ingest import save_history
@@ -54,6 +54,10 @@ async def conversation_data(
     return await ingest_sample(client, module_database, embedder, tmp_path_factory)
 
 
+def key(conversation: str) -> ConversationKey:
+    return ConversationKey(tenant="t", conversation_id=conversation)
+
+
 def assert_complete_and_ordered(stored: ConversationHistory | None, turns: int) -> None:
     assert stored is not None
     assert [t.ordinal for t in stored.turns] == list(range(2 * turns))
@@ -68,7 +72,7 @@ async def settled(rag: RagClient, conversation: str) -> None:
     """Wait until no summarization is running (it happens after the reply)."""
     handle = rag.client.get_workflow_handle(conversation_workflow_id("t", conversation))
     deadline = time.monotonic() + 120
-    while (await handle.query(ConversationWorkflow.state)).summarizing:
+    while (await handle.query(ConversationWorkflow.state, key(conversation))).summarizing:
         assert time.monotonic() < deadline, "summarization never finished"
         await asyncio.sleep(0.2)
 
@@ -100,7 +104,7 @@ async def test_twelve_turns_stay_in_budget_are_stored_in_order_and_keep_the_firs
         stored = await rag.history(conversation, "t")
         await save_history(client, conversation_workflow_id("t", conversation), "conversation")
         handle = client.get_workflow_handle(conversation_workflow_id("t", conversation))
-        state = await handle.query(ConversationWorkflow.state)
+        state = await handle.query(ConversationWorkflow.state, key(conversation))
         turn = await client.get_workflow_handle(first.answer.trace_id).describe()
         live_timeout = rag.settings.temporal.live_task_timeout_seconds
 
@@ -188,7 +192,7 @@ async def test_a_failing_summarizer_loses_no_turn_and_the_prompt_stays_in_budget
             await settled(rag, conversation)
         stored = await rag.history(conversation, "t")
         handle = client.get_workflow_handle(conversation_workflow_id("t", conversation))
-        state = await handle.query(ConversationWorkflow.state)
+        state = await handle.query(ConversationWorkflow.state, key(conversation))
 
     assert state.summary_failures >= 1 and state.summarized_through == -1
     assert_complete_and_ordered(stored, 6)

@@ -52,7 +52,7 @@ async def wait_for_batches(handle: WorkflowHandle, done: int, timeout: float = 1
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            progress = await handle.query(IngestWorkflow.progress)
+            progress = await handle.query(IngestWorkflow.progress, "t")
             if progress.totals.batches_done >= done:
                 return
         except Exception:
@@ -140,7 +140,7 @@ async def test_sigkill_workers_mid_ingest_resumes_at_the_running_batch(
     try:
         handle = await rag.start_ingest(rag.ingest_request([str(corpus)], "t"))
         await wait_for_batches(handle, 2)
-        progress_at_kill = (await handle.query(IngestWorkflow.progress)).totals.batches_done
+        progress_at_kill = (await handle.query(IngestWorkflow.progress, "t")).totals.batches_done
         for proc in workers:
             proc.kill()
         assert progress_at_kill < DOCUMENTS // BATCH, "ingest finished before the kill"
@@ -184,7 +184,7 @@ async def test_temporal_server_restart_mid_ingest_completes(
             rag = await stack.rag()
             handle = await rag.start_ingest(rag.ingest_request([str(corpus)], "t"))
             await wait_for_batches(handle, 1)
-            progress = await handle.query(IngestWorkflow.progress)
+            progress = await handle.query(IngestWorkflow.progress, "t")
             assert progress.totals.batches_done < DOCUMENTS // BATCH, "finished before restart"
             server.stop()
             await asyncio.sleep(2)

@@ -1,0 +1,110 @@
+"""Deletion that forgets: a string planted in a conversation is, once the conversation is deleted,
+found nowhere the project keeps text: no Postgres text column, no Temporal history or visibility
+record (ConversationWorkflow's `delete`, then ForgetRunsWorkflow)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from ragkit import ids
+from ragkit.embedding import Embedder
+from ragkit.llm.engine import VllmEngine
+from schemas.maintenance import ForgetRunsOutput
+from tests.conftest import Database
+from tests.workflows.test_answer import answering, ingest_sample
+from tests.workflows.test_ingest import save_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+async def forget_data(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    return await ingest_sample(client, module_database, embedder, tmp_path_factory)
+
+
+def in_postgres(database: Database, text: str) -> list[str]:
+    """Every `table.column` of text or JSON whose rows hold `text`."""
+    columns = database.rows(
+        "SELECT table_name, column_name FROM information_schema.columns "
+        "WHERE table_schema = 'public' AND data_type IN ('text', 'character varying', 'json', "
+        "'jsonb')"
+    )
+    return [
+        f"{table}.{column}"
+        for table, column in columns
+        if database.scalar(
+            f'SELECT count(*) FROM "{table}" WHERE "{column}"::text LIKE %s', f"%{text}%"
+        )
+    ]
+
+
+async def in_temporal(client: Client, text: str, since: datetime) -> list[str]:
+    """Every run started since `since` whose history (inputs, results, updates, markers, memo,
+    summaries) or visibility record holds `text`."""
+    found: list[str] = []
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    async for run in client.list_workflows(f"StartTime >= '{stamp}'"):
+        try:
+            history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
+        except RPCError:  # deleted while listed
+            continue
+        blob = b"".join(e.SerializeToString() for e in history.events)
+        if text.encode() in blob or text.encode() in run.raw_info.SerializeToString():
+            found.append(run.id)
+    return found
+
+
+async def test_a_deleted_conversations_text_is_nowhere_in_postgres_or_temporal(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    forget_data: Path,
+) -> None:
+    since = datetime.now(UTC).replace(microsecond=0)
+    planted = f"quokka{uuid.uuid4().hex[:10]}"
+    conversation = f"forget-{uuid.uuid4().hex[:8]}"
+    async with answering(client, module_database, embedder, engine, forget_data) as (
+        _,
+        rag,
+        _model,
+    ):
+        for message in (f"My codeword is {planted}. What is HNSW used for?", "Why tides?"):
+            await rag.chat(conversation, message, "t", max_answer_tokens=8, top_k=1)
+        workflow_id = ids.conversation_workflow_id("t", conversation)
+        run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+        # The test can fail: the text is there to be found before the delete.
+        assert "turns.text" in in_postgres(module_database, planted)
+        assert "transcripts.messages" in in_postgres(module_database, planted)
+        assert workflow_id in await in_temporal(client, planted, since)
+
+        assert await rag.delete_conversation(conversation, "t") == 4
+        await save_history(client, workflow_id, "conversation-forgotten")
+        forget = client.get_workflow_handle(
+            ids.forget_workflow_id(workflow_id, run_id), result_type=ForgetRunsOutput
+        )
+        report = await forget.result()
+        await save_history(client, forget.id, "forget-runs")
+
+    # The conversation's run and both answers (their shadows were never sampled).
+    assert report.runs_deleted == 3 and report.runs_kept == 0, report
+    assert in_postgres(module_database, planted) == []
+    # The server deletes a run's history and visibility record in the background.
+    deadline = time.monotonic() + 30
+    while left := await in_temporal(client, planted, since):
+        assert time.monotonic() < deadline, f"still in Temporal: {left}"
+        await asyncio.sleep(0.5)
+    assert await rag.history(conversation, "t") is None

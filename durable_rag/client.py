@@ -20,7 +20,13 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -44,6 +50,7 @@ from schemas.answer import (
     ShadowPlan,
 )
 from schemas.conversation import (
+    DELETED_CONVERSATION,
     ChatReply,
     ChatRequest,
     ChatUpdate,
@@ -567,12 +574,40 @@ class RagClient:
             model=await self.default_model(),
         )
         self.context_tokens(max_answer_tokens)  # the limits of ask, before anything starts
-        return await self.client.execute_update_with_start_workflow(
-            ConversationWorkflow.send,
-            ChatUpdate(request=request),
-            start_workflow_operation=self._conversation_start(request.tenant, conversation_id),
-            id=request.message_id,
+        reply: ChatReply = await self._to_conversation(
+            request.tenant,
+            conversation_id,
+            lambda start: self.client.execute_update_with_start_workflow(
+                ConversationWorkflow.send,
+                ChatUpdate(request=request),
+                start_workflow_operation=start,
+                id=request.message_id,
+            ),
         )
+        return reply
+
+    async def _to_conversation(
+        self, tenant: str, conversation_id: str, send: Callable[[Any], Awaitable[Any]]
+    ) -> Any:
+        """An update to a conversation, started if need be. One deleted a moment ago is still
+        closing and refuses it: the update then starts the conversation again once closed."""
+        for attempt in range(2):
+            try:
+                return await send(self._conversation_start(tenant, conversation_id))
+            except WorkflowUpdateFailedError as exc:
+                if attempt or DELETED_CONVERSATION not in str(failure_cause(exc)):
+                    raise
+                await self._closed(ids.conversation_workflow_id(tenant, conversation_id))
+        raise AssertionError("unreachable")
+
+    async def _closed(self, workflow_id: str, timeout: float = 30.0) -> None:
+        handle = self.client.get_workflow_handle(workflow_id)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            described = await handle.describe()
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                return
+            await asyncio.sleep(0.1)
 
     async def cancel_turn(self, conversation_id: str, tenant: str | None, message_id: str) -> bool:
         """Stop the turn of `message_id` (its answer and generation; a turn still waiting is
@@ -614,8 +649,11 @@ class RagClient:
         key = ConversationKey(
             tenant=tenant or self.settings.default_tenant, conversation_id=conversation_id
         )
-        return await self.client.execute_update_with_start_workflow(
-            ConversationWorkflow.delete,
-            key,
-            start_workflow_operation=self._conversation_start(key.tenant, conversation_id),
+        removed: int = await self._to_conversation(
+            key.tenant,
+            conversation_id,
+            lambda start: self.client.execute_update_with_start_workflow(
+                ConversationWorkflow.delete, key, start_workflow_operation=start
+            ),
         )
+        return removed

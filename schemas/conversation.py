@@ -97,6 +97,10 @@ class ConversationKey(Contract):
     conversation_id: str = Field(pattern=CONVERSATION_ID_PATTERN)
 
 
+# What a conversation that is closing after a delete answers any update with (its validators).
+DELETED_CONVERSATION = "this conversation was deleted"
+
+
 class TurnToCancel(Contract):
     """The argument of the `cancel_turn` signal: the conversation, tenant first, and the message
     whose turn stops."""

@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationWindow,
     )
     from schemas.conversation import (
+        DELETED_CONVERSATION,
         AppendTurnInput,
         ChatReply,
         ChatRequest,
@@ -158,7 +159,7 @@ class ConversationWorkflow:
         if not self._mine(request.tenant, request.conversation_id):
             raise ValueError("the message names another conversation than this workflow's")
         if self.closing:
-            raise ValueError("this conversation was deleted")
+            raise ValueError(DELETED_CONVERSATION)
 
     @workflow.signal
     def cancel_turn(self, turn: TurnToCancel | str) -> None:
@@ -244,6 +245,8 @@ class ConversationWorkflow:
     def _validate_delete(self, key: ConversationKey | None = None) -> None:
         if key is None or not self._mine(key.tenant, key.conversation_id):
             raise ValueError("the delete names another conversation than this workflow's")
+        if self.closing:
+            raise ValueError(DELETED_CONVERSATION)
 
     def _mine(self, tenant: str, conversation_id: str) -> bool:
         return (tenant, conversation_id) == (self.key.tenant, self.key.conversation_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -70,3 +72,21 @@ def test_document_text_is_printed_as_text_never_as_markup(
     answers._print_answer_body(answer)
     out = capsys.readouterr().out
     assert "arr[i]" in out and "[/x]" in out and "[bold]" in out and "[/y] skipped" in out
+
+
+def test_rotating_the_payload_key_appends_to_the_keyring_and_refuses_what_it_cannot_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ragkit.codec import Keyring
+
+    path = tmp_path / "secrets" / "payload-keys"
+    monkeypatch.setenv("DURABLE_RAG_SECURITY_PAYLOAD_KEYS_FILE", str(path))
+    for expected in ("k1", "k2"):
+        result = runner.invoke(app, ["keys", "rotate-payload-key"])
+        assert result.exit_code == 0 and f"added payload key {expected}" in result.output
+    assert Keyring.read(path).current == "k2"
+    again = runner.invoke(app, ["keys", "rotate-payload-key", "--id", "k1"])
+    assert again.exit_code == 2 and "already" in again.output
+    monkeypatch.setenv("DURABLE_RAG_SECURITY_PAYLOAD_KEYS", "k9:" + "A" * 44)
+    from_env = runner.invoke(app, ["keys", "rotate-payload-key"])
+    assert from_env.exit_code == 2 and "DURABLE_RAG_SECURITY_PAYLOAD_KEYS" in from_env.output

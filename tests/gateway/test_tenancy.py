@@ -1,0 +1,261 @@
+"""Tenant isolation, as a property: two tenants with adversarial names and ids run the operations
+of the API, interleaved in an order Hypothesis draws, on the real stack, and nothing of one is
+read, changed or deleted by the other.
+
+The names are drawn to collide where ids once did: tenant `p` and tenant `p-s` (or `p.s`, `p_s`),
+with conversations `s-x` and `x` (`conversation-p-s-x` was one workflow for both), or both the same
+conversation id; both send the same X-Request-ID and Idempotency-Key values, and upload a document
+under the same name. A model of what each tenant did says what each must see afterwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from durable_rag.client import RagClient
+from ragkit import ids
+from ragkit.embedding import Embedder
+from ragkit.llm.engine import VllmEngine
+from ragkit.sources import Source
+from ragkit.store import keys
+from tests.conftest import Database
+from tests.gateway.test_app import bearer, gateway
+from tests.workflows.test_answer import ingest_sample
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+OPERATIONS = [
+    "upload",
+    "search",
+    "ask",
+    "chat",
+    "history",
+    "feedback",
+    "runs",
+    "delete_conversation",
+    "delete_document",
+]
+DOCUMENT = "shared-name.md"
+
+
+@dataclass
+class Tenant:
+    name: str
+    conversation: str
+    token: str  # a word only this tenant's document holds
+    key: str = ""
+    document_alive: bool = False
+    uploaded: bool = False
+    done: dict[str, int] = field(default_factory=dict)  # operations so far, by kind
+    turns: int = 0
+    traces: list[str] = field(default_factory=list)
+
+    @property
+    def document_id(self) -> uuid.UUID:
+        return ids.document_id(self.name, str(Source.upload(DOCUMENT)))
+
+
+@st.composite
+def tenant_pairs(draw: st.DrawFn, kind: str) -> tuple[str, str, str, str]:
+    """(tenant a, tenant b, a's conversation, b's conversation), built to collide: `collide`,
+    the pair that shared `conversation-<tenant>-<id>`; `same`, one conversation id for both."""
+    word = st.text(alphabet="ab", min_size=1, max_size=3)
+    prefix, suffix, tail = draw(word), draw(word), draw(word)
+    salt = uuid.uuid4().hex[:6]  # examples never share data
+    if kind == "collide":
+        return f"{prefix}{salt}", f"{prefix}{salt}-{suffix}", f"{suffix}-{tail}", tail
+    sep = draw(st.sampled_from(["-", ".", "_"]))
+    return f"{prefix}{salt}", f"{prefix}{salt}{sep}{suffix}", f"c{tail}", f"c{tail}"
+
+
+# Every operation of both tenants, in a drawn order, then a few more drawn ones.
+plans = st.tuples(
+    st.permutations([(who, operation) for who in (0, 1) for operation in OPERATIONS]),
+    st.lists(st.tuples(st.sampled_from([0, 1]), st.sampled_from(OPERATIONS)), max_size=4),
+).map(lambda parts: [*parts[0], *parts[1]])
+
+
+@pytest.fixture(scope="module")
+async def tenancy_data(
+    client: Any, module_database: Database, embedder: Embedder, tmp_path_factory: Any
+) -> Path:
+    return await ingest_sample(client, module_database, embedder, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+async def served(
+    client: Any,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    tenancy_data: Path,
+) -> AsyncIterator[tuple[httpx.AsyncClient, RagClient]]:
+    async with gateway(client, module_database, embedder, engine, tenancy_data) as pair:
+        yield pair
+
+
+class Run:
+    """One drawn example: the two tenants, what each did, and the checks after each step."""
+
+    def __init__(self, http: httpx.AsyncClient, rag: RagClient, database: Database) -> None:
+        self.http, self.rag, self.database = http, rag, database
+
+    async def do(self, me: Tenant, other: Tenant, operation: str) -> None:
+        await getattr(self, operation)(me, other)
+        me.done[operation] = me.done.get(operation, 0) + 1
+
+    @staticmethod
+    def nth(me: Tenant, operation: str) -> int:
+        """Counted per tenant, so both tenants send the same keys and request ids."""
+        return me.done.get(operation, 0)
+
+    async def upload(self, me: Tenant, other: Tenant) -> None:
+        response = await self.http.post(
+            "/v1/documents",
+            json={"name": DOCUMENT, "text": f"# {me.token}\n\nThe {me.token} is kept here.\n"},
+            headers=bearer(me.key) | {"Idempotency-Key": f"key-{self.nth(me, 'upload')}"},
+        )
+        assert response.status_code == 202, response.text
+        accepted = response.json()
+        assert accepted["document_id"] == str(me.document_id)
+        await self.rag.client.get_workflow_handle(accepted["workflow_id"]).result()
+        me.document_alive = me.uploaded = True
+
+    async def search(self, me: Tenant, other: Tenant) -> None:
+        mine = await self.rag.search(me.token, tenant=me.name, top_k=5)
+        theirs = await self.rag.search(other.token, tenant=me.name, top_k=5)
+        found = {p.document_id for p in mine.passages + theirs.passages}
+        assert other.document_id not in found, "another tenant's passage was retrieved"
+        if me.document_alive:
+            assert mine.passages and mine.passages[0].document_id == me.document_id
+
+    async def ask(self, me: Tenant, other: Tenant) -> None:
+        response = await self.http.post(
+            "/v1/ask",
+            json={"question": f"What is the {me.token}?", "max_answer_tokens": 8, "top_k": 3},
+            headers=bearer(me.key) | {"X-Request-ID": f"ask-{self.nth(me, 'ask')}"},
+        )
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["trace_id"] not in other.traces
+        cited = {uuid.UUID(c["document_id"]) for c in answer["citations"]}
+        assert other.document_id not in cited
+        me.traces.append(answer["trace_id"])
+
+    async def chat(self, me: Tenant, other: Tenant) -> None:
+        response = await self.http.post(
+            f"/v1/conversations/{me.conversation}/messages",
+            json={"message": f"Tell me about the {me.token}.", "max_answer_tokens": 8, "top_k": 2},
+            headers=bearer(me.key) | {"X-Request-ID": f"chat-{self.nth(me, 'chat')}"},
+        )
+        assert response.status_code == 200, response.text
+        me.turns += 2
+
+    async def history(self, me: Tenant, other: Tenant) -> None:
+        response = await self.http.get(
+            f"/v1/conversations/{me.conversation}", headers=bearer(me.key)
+        )
+        if not me.turns:
+            assert response.status_code == 404, response.text
+            return
+        turns = response.json()["turns"]
+        assert len(turns) == me.turns
+        assert all(other.token not in t["text"] for t in turns)
+
+    async def feedback(self, me: Tenant, other: Tenant) -> None:
+        for trace, status in [(t, 404) for t in other.traces[-1:]] + [
+            (t, 200) for t in me.traces[-1:]
+        ]:
+            vote = await self.http.post(
+                "/v1/feedback", json={"trace_id": trace, "rating": "up"}, headers=bearer(me.key)
+            )
+            assert vote.status_code == status, (trace, vote.text)
+
+    async def runs(self, me: Tenant, other: Tenant) -> None:
+        for trace, status in [(t, 404) for t in other.traces[-1:]] + [
+            (t, 200) for t in me.traces[-1:]
+        ]:
+            run = await self.http.get(f"/v1/runs/{trace}", headers=bearer(me.key))
+            assert run.status_code == status, (trace, run.text)
+
+    async def delete_conversation(self, me: Tenant, other: Tenant) -> None:
+        response = await self.http.delete(
+            f"/v1/conversations/{me.conversation}", headers=bearer(me.key)
+        )
+        assert response.status_code == 200 and response.json() == {"deleted_turns": me.turns}
+        me.turns = 0
+
+    async def delete_document(self, me: Tenant, other: Tenant) -> None:
+        theirs = await self.http.delete(
+            f"/v1/documents/{other.document_id}", headers=bearer(me.key)
+        )
+        assert theirs.status_code == 404, theirs.text
+        mine = await self.http.delete(f"/v1/documents/{me.document_id}", headers=bearer(me.key))
+        if not me.uploaded:
+            assert mine.status_code == 404, mine.text
+        else:
+            assert mine.status_code == 200, mine.text
+            assert mine.json()["already_deleted"] is not me.document_alive
+        me.document_alive = False
+
+    def check_the_record(self, tenant: Tenant) -> None:
+        """Postgres holds exactly what this tenant left, whatever the other did."""
+        status = self.database.scalar(
+            "SELECT status FROM documents WHERE tenant = %s AND id = %s",
+            tenant.name,
+            tenant.document_id,
+        )
+        assert (status == "active") == tenant.document_alive, (tenant.name, status)
+        turns = self.database.scalar(
+            "SELECT count(*) FROM turns WHERE conversation_id = %s",
+            ids.conversation_id(tenant.name, tenant.conversation),
+        )
+        assert turns == tenant.turns, (tenant.name, turns)
+        for trace in tenant.traces:
+            owner = self.database.scalar(
+                "SELECT tenant FROM answer_costs WHERE trace_id = %s", trace
+            )
+            assert owner == tenant.name, (trace, owner)
+
+
+@pytest.mark.parametrize("kind", ["collide", "same"])
+@settings(
+    max_examples=2,  # each example is twenty real requests; a failure still shrinks
+    deadline=timedelta(minutes=5),
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data(), plan=plans)
+async def test_two_tenants_never_read_change_or_delete_each_others_data(
+    served: tuple[httpx.AsyncClient, RagClient],
+    module_database: Database,
+    kind: str,
+    data: st.DataObject,
+    plan: list[tuple[int, str]],
+) -> None:
+    http, rag = served
+    a, b, conversation_a, conversation_b = data.draw(tenant_pairs(kind), label="names")
+    tenants = [
+        Tenant(a, conversation_a, f"zyx{uuid.uuid4().hex[:8]}"),
+        Tenant(b, conversation_b, f"wvu{uuid.uuid4().hex[:8]}"),
+    ]
+    for tenant in tenants:
+        tenant.key = keys.create_key(module_database.sessions, tenant.name)[1]
+    run = Run(http, rag, module_database)
+    # Both start with a document: searches and answers then have something to leak.
+    steps = [(0, "upload"), (1, "upload"), *plan, (0, "ask"), (1, "chat")]
+    for who, operation in steps:
+        await run.do(tenants[who], tenants[1 - who], operation)
+    for tenant in tenants:
+        run.check_the_record(tenant)

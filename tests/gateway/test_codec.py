@@ -81,13 +81,18 @@ async def test_histories_hold_only_ciphertext_and_operators_decode_them_with_the
         )
         assert asked.status_code == 200, asked.text
         answer = asked.json()
-        assert answer["citations"], answer
+        # The passage was retrieved and put in the prompt (whether the tiny model cites it or
+        # not): its text is in the run's hydrate result.
+        assert any(c["source"].endswith("unicode-and-utf-8.md") for c in answer["context"])
 
         # Straight from the server, without the codec: no plaintext anywhere in the history.
         history = await client.get_workflow_handle(answer["trace_id"]).fetch_history()
         blob = b"".join(event.SerializeToString() for event in history.events)
         assert b"AnswerWorkflow" in blob, "the search below does see the history's bytes"
-        for secret in (marker.encode(), PASSAGE, answer["answer"].strip().encode()):
+        secrets = [marker.encode(), PASSAGE]
+        if len(answer["answer"].strip()) >= 12:  # a shorter one could occur in ciphertext
+            secrets.append(answer["answer"].strip().encode())
+        for secret in secrets:
             assert secret not in blob, secret
         sealed_payloads = [p for event in history.events for p in payloads_in(event) if p.metadata]
         user = [p for p in sealed_payloads if p.metadata.get("encoding") != b"json/plain"]

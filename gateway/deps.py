@@ -47,6 +47,13 @@ Listener = Annotated[TokenListener, Depends(get_listener)]
 Admit = Annotated[Admission, Depends(get_admission)]
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, if that is what it is."""
+    if authorization and authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return None
+
+
 def authenticated_tenant(
     settings: AppSettings,
     sessions: Sessions,
@@ -57,9 +64,7 @@ def authenticated_tenant(
     FastAPI runs it in a thread, off the event loop, since the key lookup is a blocking query."""
     if not settings.gateway.auth:
         return settings.default_tenant
-    key = x_api_key
-    if key is None and authorization and authorization.lower().startswith("bearer "):
-        key = authorization[7:].strip()
+    key = x_api_key if x_api_key is not None else bearer_token(authorization)
     if not key:
         raise HTTPException(
             401,

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from gateway.deps import AppSettings
+from gateway.deps import AppSettings, bearer_token
 from ragkit.codec import EncryptionCodec, KeyringError, ui_token
 from ragkit.settings import Settings
 
@@ -39,11 +39,15 @@ def _codec(request: Request, settings: Settings) -> EncryptionCodec:
     return codec
 
 
-def _admin(settings: Settings, given: str | None) -> None:
+def _admitted(request: Request, settings: Settings, authorization: str | None) -> EncryptionCodec:
+    """The codec, for a request with the admin key."""
+    codec = _codec(request, settings)
     admin = settings.security.admin_key
     assert admin is not None  # _codec checked
+    given = bearer_token(authorization)
     if not given or not hmac.compare_digest(given.encode(), admin.get_secret_value().encode()):
         raise HTTPException(401, "the codec endpoint needs the admin key")
+    return codec
 
 
 async def _transcode(request: Request, codec: EncryptionCodec, decode: bool) -> JSONResponse:
@@ -58,21 +62,13 @@ async def _transcode(request: Request, codec: EncryptionCodec, decode: bool) -> 
     return JSONResponse(json_format.MessageToDict(Payloads(payloads=done)))
 
 
-def _bearer(authorization: str | None) -> str | None:
-    if authorization and authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return None
-
-
 @router.post("/codec/decode")
 async def decode(
     request: Request,
     settings: AppSettings,
     authorization: Annotated[str | None, Header()] = None,
 ) -> JSONResponse:
-    codec = _codec(request, settings)
-    _admin(settings, _bearer(authorization))
-    return await _transcode(request, codec, decode=True)
+    return await _transcode(request, _admitted(request, settings, authorization), decode=True)
 
 
 @router.post("/codec/encode")
@@ -81,9 +77,7 @@ async def encode(
     settings: AppSettings,
     authorization: Annotated[str | None, Header()] = None,
 ) -> JSONResponse:
-    codec = _codec(request, settings)
-    _admin(settings, _bearer(authorization))
-    return await _transcode(request, codec, decode=False)
+    return await _transcode(request, _admitted(request, settings, authorization), decode=False)
 
 
 @router.post("/codec/{token}/decode")

@@ -5,15 +5,26 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import delete, func
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
-from ragkit.db import AnswerCostRow, ShadowRun, TranscriptRow
+from ragkit.db import (
+    AnswerCostRow,
+    CachedAnswer,
+    Conversation,
+    ShadowRun,
+    TranscriptRow,
+    Turn,
+)
 from ragkit.metrics import ANSWERS, ENGINE_SECONDS
 from schemas.answer import RecordCostInput, RecordShadowInput
+from schemas.documents import DocumentRef, ForgottenAnswers
 from schemas.maintenance import CompactionInput, PurgeTranscriptsOutput
+
+# What a conversation shows in place of a reply built on a document deleted since.
+REDACTED_REPLY = "[removed: this reply drew on a document that has since been deleted]"
 
 
 class CostActivities:
@@ -39,6 +50,7 @@ class CostActivities:
             "total_ms": request.total_ms,
             "steps": [s.model_dump() for s in cost.steps],
             "cited_chunks": [str(c) for c in request.cited_chunks],
+            "read_documents": [str(d) for d in request.read_documents],
         }
         statement = insert(AnswerCostRow).values(trace_id=request.trace_id, **values)
         with self.sessions.begin() as session:
@@ -86,6 +98,50 @@ class CostActivities:
                     where=ShadowRun.tenant == request.tenant,
                 )
             )
+
+    @activity.defn
+    def forget_document_answers(self, request: DocumentRef) -> ForgottenAnswers:
+        """What answers that read a deleted document left in Postgres: their transcripts,
+        answer cache entries and shadow rows are deleted, and conversation replies built on it
+        are redacted (the user's own turns stay). Their cost rows stay, for accounting: they
+        hold ids and numbers, no text. Returns the answers, whose runs are deleted next.
+        Idempotent."""
+        with self.sessions.begin() as session:
+            traces = sorted(
+                session.scalars(
+                    select(AnswerCostRow.trace_id).where(
+                        AnswerCostRow.tenant == request.tenant,
+                        AnswerCostRow.read_documents.has_key(str(request.document_id)),
+                    )
+                )
+            )
+            removed: dict[str, int] = {}
+            for table, column in (
+                (TranscriptRow, TranscriptRow.trace_id),
+                (CachedAnswer, CachedAnswer.trace_id),
+                (ShadowRun, ShadowRun.live_trace_id),
+            ):
+                result = session.execute(
+                    delete(table).where(table.tenant == request.tenant, column.in_(traces))
+                )
+                removed[table.__tablename__] = int(result.rowcount or 0)  # type: ignore[attr-defined]
+            redacted = session.execute(
+                update(Turn)
+                .where(
+                    Turn.trace_id.in_(traces),
+                    Turn.role == "assistant",
+                    Turn.text != REDACTED_REPLY,
+                    Turn.conversation_id.in_(
+                        select(Conversation.id).where(Conversation.tenant == request.tenant)
+                    ),
+                )
+                .values(text=REDACTED_REPLY, citations=[])
+            )
+        return ForgottenAnswers(
+            answer_workflow_ids=traces,
+            rows_removed=removed,
+            turns_redacted=int(redacted.rowcount or 0),  # type: ignore[attr-defined]
+        )
 
     @activity.defn
     def purge_transcripts(self, request: CompactionInput) -> PurgeTranscriptsOutput:

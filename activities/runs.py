@@ -4,15 +4,16 @@ deletion also reaches the Temporal server's database (its histories and visibili
 from __future__ import annotations
 
 import re
+from datetime import UTC
 
 from temporalio import activity
-from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from ragkit import policies
+from ragkit import ids, policies
 from schemas.maintenance import ForgetRunsInput, ForgetRunsOutput
 
 STILL_OPEN = "StillOpen"
@@ -43,26 +44,50 @@ class RunActivities:
                 if run.start_time > request.started_before:
                     kept += 1
                     continue
-                if run.status == WorkflowExecutionStatus.RUNNING:
-                    if workflow_id == request.wait_for:
-                        raise ApplicationError(f"{workflow_id} is still open", type=STILL_OPEN)
-                    handle = self.client.get_workflow_handle(workflow_id, run_id=run.run_id)
-                    try:
-                        await handle.terminate(reason="its text was deleted")
-                    except RPCError as exc:
-                        if exc.status != RPCStatusCode.NOT_FOUND:
-                            raise
-                deleted += await self._delete(workflow_id, run.run_id)
-        return ForgetRunsOutput(
-            workflows=len(request.workflow_ids), runs_deleted=deleted, runs_kept=kept
-        )
+                deleted += await self._forget(run, request.wait_for)
+        workflows = len(request.workflow_ids)
+        if request.tenant:
+            found, removed = await self._forget_tenant(request)
+            workflows, deleted = workflows + found, deleted + removed
+        return ForgetRunsOutput(workflows=workflows, runs_deleted=deleted, runs_kept=kept)
+
+    async def _forget_tenant(self, request: ForgetRunsInput) -> tuple[int, int]:
+        """Every run started before `started_before` that names the tenant, in its memo (every
+        flow started with a tenant keeps it there) or in its id (ragkit.ids.tenant_of: forget
+        runs carry no memo). A scan of the namespace's visibility records: a rare, operator-
+        started job, so it reads pages rather than keeping an index of runs per tenant."""
+        stamp = request.started_before.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        runs: list[WorkflowExecution] = []
+        # Listed whole before any delete: pages are not read from a set that shrinks under them.
+        async for run in self.client.list_workflows(f"StartTime <= '{stamp}'", page_size=500):
+            activity.heartbeat(f"listed {len(runs)}")
+            if run.id != request.keep and await _names_tenant(run, request.tenant or ""):
+                runs.append(run)
+        deleted = 0
+        for n, run in enumerate(runs):
+            activity.heartbeat(f"deleted {n} of {len(runs)}")
+            deleted += await self._forget(run, request.wait_for)
+        return len({run.id for run in runs}), deleted
+
+    async def _forget(self, run: WorkflowExecution, wait_for: str) -> int:
+        """Delete one run, terminating it first if it is open (except `wait_for`: StillOpen)."""
+        if run.status == WorkflowExecutionStatus.RUNNING:
+            if run.id == wait_for:
+                raise ApplicationError(f"{run.id} is still open", type=STILL_OPEN)
+            handle = self.client.get_workflow_handle(run.id, run_id=run.run_id)
+            try:
+                await handle.terminate(reason="its text was deleted")
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+        return await self._delete(run.id, run.run_id)
 
     async def _delete(self, workflow_id: str, run_id: str) -> int:
         try:
             await self.client.workflow_service.delete_workflow_execution(
                 DeleteWorkflowExecutionRequest(
                     namespace=self.client.namespace,
-                    workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+                    workflow_execution=ExecutionRef(workflow_id=workflow_id, run_id=run_id),
                 )
             )
         except RPCError as exc:
@@ -70,3 +95,15 @@ class RunActivities:
                 return 0
             raise
         return 1
+
+
+async def _names_tenant(run: WorkflowExecution, tenant: str) -> bool:
+    named = ids.tenant_of(run.id)
+    if named is not None:
+        return named == tenant
+    try:
+        memo = await run.memo()
+    except Exception:  # sealed with a key no longer in the ring: not readable, so not ours to say
+        activity.logger.warning("cannot read the memo of %s; left alone", run.id)
+        return False
+    return bool(memo.get("tenant") == tenant)

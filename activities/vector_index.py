@@ -27,7 +27,7 @@ from ragkit.index.reads import ActiveReader, search_query
 from ragkit.metrics import CHUNKS_EMBEDDED, STEP_SECONDS
 from schemas.documents import DocumentRef
 from schemas.ingest import DocumentsInput, IndexDocumentsOutput
-from schemas.maintenance import CompactionInput, IndexStats, SweepIndexOutput
+from schemas.maintenance import CompactionInput, IndexStats, SweepIndexOutput, TenantRef
 from schemas.rebuild import (
     CopyChunksInput,
     CopyChunksOutput,
@@ -154,6 +154,15 @@ class VectorIndexActivities:
         for index in self._writers():
             try:
                 index.delete_other_versions(request.tenant, request.document_id, keep_version=-1)
+            except Exception as exc:
+                raise index_error(exc) from exc
+
+    @activity.defn
+    def delete_tenant_points(self, request: TenantRef) -> None:
+        """Drop every index point of a deleted tenant, in every generation that takes writes."""
+        for index in self._writers():
+            try:
+                index.delete_tenant(request.tenant)
             except Exception as exc:
                 raise index_error(exc) from exc
 

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from cli import answers, documents, index, keys, models, reports, stack
+from cli import answers, documents, index, keys, models, reports, stack, tenants
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -33,6 +33,7 @@ app.add_typer(reports.shadow_app, name="shadow")
 app.add_typer(models.models_app, name="models")
 app.add_typer(index.schedules_app, name="schedules")
 app.add_typer(keys.keys_app, name="keys")
+app.add_typer(tenants.tenants_app, name="tenants")
 
 
 def main() -> None:

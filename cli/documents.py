@@ -164,6 +164,12 @@ def delete(
         console.print(
             f"{done.source} ({done.document_id}) {state}; {done.chunks_removed} chunk(s) removed"
         )
+        if done.answers_forgotten:
+            console.print(
+                f"{done.answers_forgotten} answer(s) that read it forgotten "
+                f"({done.turns_redacted} conversation reply(ies) redacted); their runs are "
+                f"deleted by {done.forget_workflow_id}"
+            )
         console.print(f"run: {ui_link(settings, done.workflow_id)}")
 
     asyncio.run(run())

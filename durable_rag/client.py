@@ -64,7 +64,7 @@ from schemas.documents import DocumentDeleted, DocumentRef
 from schemas.evaluation import EvalCase, EvalInput, EvalReport
 from schemas.gateway import DocumentAccepted
 from schemas.ingest import IngestProgress, IngestRequest, IngestResult, IngestWorkflowInput
-from schemas.maintenance import CompactionInput, CompactionReport
+from schemas.maintenance import CompactionInput, CompactionReport, TenantDeleted, TenantRef
 from schemas.rebuild import RebuildInput, RebuildReport
 from schemas.search import (
     RetrievalMode,
@@ -77,6 +77,7 @@ from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow
 from workflows.delete_document import DeleteDocumentWorkflow
+from workflows.delete_tenant import DeleteTenantWorkflow
 from workflows.evaluation import EvaluationWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.rebuild import RebuildIndexWorkflow
@@ -243,6 +244,20 @@ class RagClient:
             memo={"tenant": ref.tenant},
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"delete document {document_id} of tenant {ref.tenant}",
+        )
+
+    async def delete_tenant(self, tenant: str) -> TenantDeleted:
+        """Delete a tenant whole (DeleteTenantWorkflow): its keys, documents, index points,
+        conversations, answers' records and every Temporal run that carried its text. A deletion
+        already running is joined; one that ended can be run again (it removes what is left)."""
+        ref = TenantRef(tenant=tenant)
+        return await self.client.execute_workflow(
+            DeleteTenantWorkflow.run,
+            ref,
+            id=ids.delete_tenant_workflow_id(ref.tenant),
+            task_queue=self.settings.temporal.workflow_task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"delete tenant {ref.tenant} whole",
         )
 
     async def evaluate(

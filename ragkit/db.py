@@ -231,6 +231,9 @@ class AnswerCostRow(Base):
     """What one answer cost, per step: engine seconds and tokens (R26). `costs top` reads it."""
 
     __tablename__ = "answer_costs"
+    __table_args__ = (
+        Index("ix_answer_costs_read_documents", "read_documents", postgresql_using="gin"),
+    )
 
     trace_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(64), index=True)
@@ -243,6 +246,9 @@ class AnswerCostRow(Base):
     total_ms: Mapped[float] = mapped_column(Float)
     steps: Mapped[list[dict[str, object]]] = mapped_column(JSONB)
     cited_chunks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # Every document whose passages the answer read (hydrated): its run, transcript and cache
+    # entry carried their text, so deleting one of them finds the answer here.
+    read_documents: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), index=True
     )

@@ -138,6 +138,27 @@ def delete_workflow_id(ref: DocumentRef) -> str:
     return f"delete-{tenant_scoped(ref.tenant, str(ref.document_id))}"
 
 
+def delete_tenant_workflow_id(tenant: str) -> str:
+    """`delete-tenant-<tenant>`: no `:`, so never a document's delete (`delete-<tenant>:<id>`)
+    and never taken for one of the tenant's own runs (tenant_of)."""
+    tenant_scoped(tenant, "")  # refuses a tenant with the separator
+    return f"delete-tenant-{tenant}"
+
+
+# The kinds whose ids carry the tenant (`<kind>-<tenant>:`), with the prefixes the runs derived
+# from them add: a conversation's turn answers, their shadows, and a deleted conversation's forget.
+_TENANT_SCOPED = re.compile(
+    r"^(?:forget-)?(?:shadow-)?(?:answer-)?(?:ingest|delete|conversation)-([A-Za-z0-9_.-]+):"
+)
+
+
+def tenant_of(workflow_id: str) -> str | None:
+    """The tenant a workflow id names, for the kinds built with tenant_scoped (and the runs
+    derived from them); None for the others (answers and searches keep it in their memo)."""
+    match = _TENANT_SCOPED.match(workflow_id)
+    return match.group(1) if match else None
+
+
 def rebuild_workflow_id(collection: str) -> str:
     """One rebuild at a time per collection."""
     return f"rebuild-{collection}"

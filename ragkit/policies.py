@@ -67,6 +67,10 @@ class Fallback(StrEnum):
         "fail the delete run: the tombstone already hides the document from every retrieval "
         "path; deleting again (or compaction) removes what is left"
     )
+    RERUN_DELETE = (
+        "fail the tenant deletion: its keys are revoked and its documents tombstoned, so "
+        "nothing of it is served; running the deletion again removes what is left"
+    )
     SKIP = (
         "go on without it and record a degradation; what it would have cleaned is invisible "
         "to readers and removed by the next ingest or compaction"
@@ -286,8 +290,9 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
         "forget_runs": ActivityPolicy(
             queue=Queue.WORKFLOW,
             # Waits (StillOpen, retried) for the conversation that asked to close, then deletes
-            # one execution per RPC: a long conversation's answers take a while.
-            start_to_close=timedelta(minutes=5),
+            # one execution per RPC: a long conversation's answers take a while, and a deleted
+            # tenant's runs are found by a scan of the namespace (heartbeats show it going on).
+            start_to_close=timedelta(minutes=30),
             heartbeat=timedelta(seconds=30),
             retry=_retry(initial=1, maximum=10, attempts=30),
             fallback=Fallback.FAIL_FLOW,
@@ -325,6 +330,13 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
             fallback=Fallback.FAIL_FLOW,
             expected_latency="one transaction: ~5 ms",
         ),
+        "forget_document_answers": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=2),
+            retry=_retry(attempts=10),
+            fallback=Fallback.TOMBSTONE_HIDES,
+            expected_latency="one transaction: ~10 ms per hundred answers",
+        ),
         "delete_document_points": ActivityPolicy(
             queue=Queue.INDEX,
             start_to_close=timedelta(minutes=2),
@@ -338,6 +350,27 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
             retry=_retry(attempts=10),
             fallback=Fallback.TOMBSTONE_HIDES,
             expected_latency="one transaction: ~10 ms per thousand chunks",
+        ),
+        "close_tenant": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(seconds=30),
+            retry=_retry(initial=0.2, maximum=5, attempts=10),
+            fallback=Fallback.FAIL_FLOW,
+            expected_latency="one transaction: ~5 ms",
+        ),
+        "delete_tenant_points": ActivityPolicy(
+            queue=Queue.INDEX,
+            start_to_close=timedelta(minutes=5),
+            retry=_retry(attempts=20, maximum=60),
+            fallback=Fallback.RERUN_DELETE,
+            expected_latency="~10 ms per thousand points",
+        ),
+        "purge_tenant": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=5),
+            retry=_retry(attempts=10),
+            fallback=Fallback.RERUN_DELETE,
+            expected_latency="one transaction: ~10 ms per thousand rows",
         ),
         # --- compaction ---------------------------------------------------------------------------
         "index_stats": ActivityPolicy(

@@ -293,6 +293,9 @@ class RecordCostInput(Contract):
     messages: list[ChatMessage] = Field(default_factory=list)
     output: str = ""
     cited_chunks: list[uuid.UUID] = Field(default_factory=list)
+    read_documents: list[uuid.UUID] = Field(
+        default_factory=list, description="Documents whose passages the answer read."
+    )
 
 
 class RecordShadowInput(Contract):

@@ -23,6 +23,15 @@ class PurgeDocumentOutput(Contract):
     chunks_removed: int
 
 
+class ForgottenAnswers(Contract):
+    """What deleting a document removed of the answers that read it (their records in
+    Postgres), and the runs whose histories carried its text, for ForgetRunsWorkflow."""
+
+    answer_workflow_ids: list[str] = Field(description="Answers that read the document.")
+    rows_removed: dict[str, int] = Field(description="Transcripts, cache entries, shadow rows.")
+    turns_redacted: int = Field(description="Conversation replies built on the document.")
+
+
 class DocumentDeleted(Contract):
     """What a delete did. From the moment it returns, no retrieval path sees the document."""
 
@@ -31,3 +40,10 @@ class DocumentDeleted(Contract):
     source: str
     already_deleted: bool
     chunks_removed: int
+    answers_forgotten: int = Field(
+        default=0, description="Answers that read the document: records removed, runs deleted."
+    )
+    turns_redacted: int = 0
+    forget_workflow_id: str = Field(
+        default="", description="The run that deletes those answers' Temporal executions."
+    )

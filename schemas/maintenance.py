@@ -1,4 +1,4 @@
-"""Contracts of index maintenance: compaction."""
+"""Contracts of maintenance: compaction, and the deletions that forget (runs, whole tenants)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from schemas.common import Contract
+from schemas.common import Contract, TenantId
 
 
 class CompactionInput(Contract):
@@ -58,14 +58,48 @@ class CompactionReport(Contract):
 class ForgetRunsInput(Contract):
     """Temporal executions to delete, with every run of each id (continue-as-new chains). The
     run `wait_for` (a workflow that asked for its own deletion) is deleted once it has closed;
-    runs started after `started_before` are left alone (a conversation started again later)."""
+    runs started after `started_before` are left alone (a conversation started again later).
+    With `tenant`, every run of the namespace that names that tenant (its memo, or its id:
+    ragkit.ids.tenant_of) is deleted too, except `keep` (the tenant deletion's own run)."""
 
     workflow_ids: list[str] = Field(max_length=100_000)
     wait_for: str = ""
     started_before: datetime
+    tenant: TenantId | None = None
+    keep: str = ""
 
 
 class ForgetRunsOutput(Contract):
     workflows: int = Field(description="Workflow ids looked up.")
     runs_deleted: int = Field(description="Runs deleted (open ones terminated first).")
     runs_kept: int = Field(description="Runs started after started_before, left alone.")
+
+
+class TenantRef(Contract):
+    tenant: TenantId
+
+
+class ClosedTenant(Contract):
+    """What closing a tenant did: from then on no API key acts as it and no retrieval path
+    returns its documents."""
+
+    keys_revoked: int
+    documents_tombstoned: int
+
+
+class PurgedTenant(Contract):
+    rows_removed: dict[str, int] = Field(
+        description="Rows deleted per table (turns and summaries went with their conversations)."
+    )
+
+
+class TenantDeleted(Contract):
+    """The report of DeleteTenantWorkflow: what it removed, everywhere the project keeps text."""
+
+    workflow_id: str
+    tenant: str
+    keys_revoked: int
+    documents: int = Field(description="Documents the tenant had (tombstoned, then removed).")
+    rows_removed: dict[str, int]
+    runs_deleted: int = Field(description="Temporal runs deleted (open ones terminated first).")
+    runs_kept: int = Field(description="Runs started after the deletion began, left alone.")

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Debian packages the test suite needs: docker-compose (validates docker-compose.yml without an
 # engine), prometheus and promtool (a real scrape in the tests; configs and alert tests), amtool
-# (the Alertmanager config). Idempotent.
+# (the Alertmanager config), chromium (headless: the Temporal UI decoding through the codec
+# endpoint). Idempotent.
 set -euo pipefail
 missing=()
 command -v docker-compose >/dev/null || missing+=(docker-compose)
 command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
 command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
+command -v chromium >/dev/null || missing+=(chromium)
 if ((${#missing[@]})); then
   echo "installing Debian packages: ${missing[*]}"
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"

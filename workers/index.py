@@ -67,6 +67,7 @@ def build_worker(
             vectors.index_documents,
             vectors.purge_superseded,
             vectors.delete_document_points,
+            vectors.delete_tenant_points,
             vectors.index_stats,
             vectors.sweep_index,
             vectors.optimize_index,

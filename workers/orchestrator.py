@@ -30,6 +30,7 @@ from activities.evaluation import EvaluationActivities
 from activities.history import HistoryActivities
 from activities.retrieval import RetrievalActivities
 from activities.runs import RunActivities
+from activities.tenants import TenantActivities
 from ragkit.db import make_sessionmaker
 from ragkit.embedding import Embedder
 from ragkit.index.reads import IndexReader
@@ -48,6 +49,7 @@ from workflows.answer import AnswerWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.conversation import ConversationWorkflow
 from workflows.delete_document import DeleteDocumentWorkflow
+from workflows.delete_tenant import DeleteTenantWorkflow
 from workflows.evaluation import EvaluationWorkflow
 from workflows.forget import ForgetRunsWorkflow
 from workflows.ingest import IngestWorkflow
@@ -64,6 +66,7 @@ WORKFLOWS = [
     RebuildIndexWorkflow,
     EvaluationWorkflow,
     ForgetRunsWorkflow,
+    DeleteTenantWorkflow,
 ]
 # What the live worker runs: the flows a person waits on.
 LIVE_WORKFLOWS = [SearchWorkflow, AnswerWorkflow, ConversationWorkflow]
@@ -92,6 +95,7 @@ def build_worker(
     costs = CostActivities(sessions)
     history = HistoryActivities(sessions)
     evaluation = EvaluationActivities(sessions)
+    tenants = TenantActivities(sessions)
     retrieval = RetrievalActivities(embedder, reader)
     answering: list[Any] = [
         retrieval.search_vectors,
@@ -118,8 +122,11 @@ def build_worker(
         documents.chunk_stats,
         documents.vacuum_chunks,
         costs.purge_transcripts,
+        costs.forget_document_answers,
         evaluation.store_eval_report,
         RunActivities(client).forget_runs,
+        tenants.close_tenant,
+        tenants.purge_tenant,
     ]
     t, w = settings.temporal, settings.worker
     return Worker(

@@ -122,6 +122,8 @@ class AnswerWorkflow:
         self.timings: dict[str, float] = {}
         self.degradations: list[str] = []
         self.steps: list[StepCost] = []
+        # Whose text this run carries: deleting one of these documents forgets the answer.
+        self.read_documents: list[uuid.UUID] = []
         self._clock = 0.0
 
     @workflow.run
@@ -135,6 +137,7 @@ class AnswerWorkflow:
         query = await self._llm_rewrite(request, plan, query)
         found = await self._retrieve(request, plan, query)
         passages = await self._hydrate(request, found)
+        self.read_documents = sorted({p.document_id for p in passages}, key=str)
         passages, reranked = await self._rerank(plan, query, passages)
         context = self._assemble(request, plan, passages, wf_input.history)
         messages = self._messages(request, plan, context, wf_input.history)
@@ -585,6 +588,7 @@ class AnswerWorkflow:
                         messages=messages if transcript else [],
                         output=reply.text if transcript else "",
                         cited_chunks=cited,
+                        read_documents=self.read_documents,
                     ),
                     summary="record what this answer cost",
                 ),

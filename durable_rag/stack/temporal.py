@@ -20,7 +20,17 @@ SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 # shard. A flow that waits on each step therefore waited ~50 ms per dispatch: a workflow with
 # three activities took 350 ms (7 x 50) whatever the disk; at 1000 it takes ~75 ms. The reader
 # still waits for a notification when there is no work, so an idle server reads no more often.
-DYNAMIC_CONFIG: tuple[str, ...] = ("history.transferProcessorMaxPollRPS=1000",)
+#
+# A deleted run (ForgetRunsWorkflow) is removed only once the server sees its close tasks acked,
+# and the transfer and visibility queues persist their ack levels every 30 s by default: a run
+# closed a moment before its delete kept its history for 30-90 s (the delete task backs off while
+# it waits). Persisting the ack levels every second costs one small SQLite write per queue.
+DYNAMIC_CONFIG: tuple[str, ...] = (
+    "history.transferProcessorMaxPollRPS=1000",
+    # Values are JSON: a duration is a quoted string.
+    'history.transferProcessorUpdateAckInterval="1s"',
+    'history.visibilityProcessorUpdateAckInterval="1s"',
+)
 
 
 class TemporalDevServer:

@@ -53,6 +53,9 @@ class VectorIndex(Protocol):
     def delete_other_versions(self, tenant: str, document_id: uuid.UUID, keep_version: int) -> None:
         """Drop the points of every version of a document except `keep_version`."""
 
+    def delete_tenant(self, tenant: str) -> None:
+        """Drop every point of a tenant (a tenant deleted whole)."""
+
     def search(self, vector: Sequence[float], limit: int, where: IndexFilter) -> list[IndexHit]: ...
 
     def count(self, tenant: str | None = None) -> int: ...

@@ -108,6 +108,12 @@ class EdgeIndex:
             self._shard.update(qe.UpdateOperation.delete_points_by_filter(where))
             self._shard.flush()
 
+    def delete_tenant(self, tenant: str) -> None:
+        where = qe.Filter(must=[qe.FieldCondition(key="tenant", match=qe.MatchValue(tenant))])
+        with self._lock:
+            self._shard.update(qe.UpdateOperation.delete_points_by_filter(where))
+            self._shard.flush()
+
     def search(self, vector: Sequence[float], limit: int, where: IndexFilter) -> list[IndexHit]:
         self._check(vector)
         request = qe.QueryRequest(

@@ -102,6 +102,12 @@ class QdrantServerIndex:
             self.collection, points_selector=qm.FilterSelector(filter=where), wait=True
         )
 
+    def delete_tenant(self, tenant: str) -> None:
+        where = qm.Filter(must=[qm.FieldCondition(key="tenant", match=qm.MatchValue(value=tenant))])
+        self.client.delete(
+            self.collection, points_selector=qm.FilterSelector(filter=where), wait=True
+        )
+
     def search(self, vector: Sequence[float], limit: int, where: IndexFilter) -> list[IndexHit]:
         if len(vector) != self.dimension:
             raise IndexConfigError(

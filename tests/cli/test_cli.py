@@ -27,6 +27,8 @@ runner = CliRunner()
         (["keys", "create", "--tenant", "bad tenant"], "tenant"),
         (["worker", "gpu-thing"], "unknown worker kind"),
         (["delete", "not-a-uuid"], "not a document id"),
+        (["tenants", "delete", "bad tenant", "--yes"], "tenant"),
+        (["tenants", "delete", "acme"], "add --yes"),
         (["compact", "--batch-size", "1"], "batch-size"),
         (["rebuild", "--grace", "-5"], "grace"),
         (["models", "swap", "Not A Model"], "not a served model name"),

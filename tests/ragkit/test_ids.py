@@ -122,3 +122,36 @@ def test_a_trace_id_is_the_servers_and_a_key_names_a_run_within_its_tenant_only(
 def test_a_tenant_with_the_separator_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot contain"):
         ids.conversation_workflow_id("acme:corp", "42")
+
+
+@FIXED
+@given(
+    tenant=tenants,
+    other=tenants,
+    conversation=conversations,
+    ordinal=st.integers(0, 10_000),
+    document=st.uuids(),
+    key=keys,
+)
+def test_every_tenant_scoped_run_names_its_tenant_and_no_other(
+    tenant: str, other: str, conversation: str, ordinal: int, document: uuid.UUID, key: str
+) -> None:
+    """What a tenant deletion finds by id: each run built from the tenant, and those derived
+    from them, name exactly that tenant; the deletion's own run names none."""
+    chat = ids.conversation_workflow_id(tenant, conversation)
+    answer = ids.turn_answer_workflow_id(chat, ordinal)
+    scoped = [
+        chat,
+        answer,
+        ids.shadow_workflow_id(answer),
+        ids.forget_workflow_id(chat, uuid.UUID(int=ordinal).hex),
+        ids.delete_workflow_id(DocumentRef(tenant=tenant, document_id=document)),
+        ids.upload_workflow_id(tenant, "n", key, "f"),
+        ids.ingest_workflow_id(IngestRequest(tenant=tenant, paths=[f"/d/{key}"])),
+    ]
+    for workflow_id in scoped:
+        assert ids.tenant_of(workflow_id) == tenant, workflow_id
+    assert ids.tenant_of(ids.delete_tenant_workflow_id(other)) is None
+    trace = ids.trace_id(tenant, key, "fresh")  # answers and searches: their memo names it
+    assert ids.tenant_of(ids.answer_workflow_id(trace)) is None
+    assert ids.tenant_of(ids.search_workflow_id(trace)) is None

@@ -1,6 +1,7 @@
 """Deletion that forgets: a string planted in a conversation is, once the conversation is deleted,
 found nowhere the project keeps text: no Postgres text column, no Temporal history or visibility
-record (ConversationWorkflow's `delete`, then ForgetRunsWorkflow)."""
+record (ConversationWorkflow's `delete`, then ForgetRunsWorkflow). A string planted in a document
+leaves the answers that read it once the document is deleted (DeleteDocumentWorkflow)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.costs import REDACTED_REPLY
 from ragkit import ids
 from ragkit.embedding import Embedder
 from ragkit.llm.engine import VllmEngine
+from schemas.answer import AskRequest
 from schemas.maintenance import ForgetRunsOutput
 from tests.conftest import Database
 from tests.workflows.test_answer import answering, ingest_sample
@@ -102,9 +105,75 @@ async def test_a_deleted_conversations_text_is_nowhere_in_postgres_or_temporal(
     # The conversation's run and both answers (their shadows were never sampled).
     assert report.runs_deleted == 3 and report.runs_kept == 0, report
     assert in_postgres(module_database, planted) == []
-    # The server deletes a run's history and visibility record in the background.
-    deadline = time.monotonic() + 30
+    # The server deletes a run's history and visibility record in the background, once its close
+    # tasks are acked: a few seconds with the stack's ack interval of 1 s (DYNAMIC_CONFIG), 39 s or
+    # more with the server's default of 30 s (its delete task backs off 3 s x 1.5^n).
+    deadline = time.monotonic() + 40
     while left := await in_temporal(client, planted, since):
         assert time.monotonic() < deadline, f"still in Temporal: {left}"
         await asyncio.sleep(0.5)
     assert await rag.history(conversation, "t") is None
+
+
+async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    forget_data: Path,
+    tmp_path: Path,
+) -> None:
+    """Deleting a document forgets the answers that read it (answer_costs.read_documents):
+    their transcripts, cache entries and runs go, and a conversation's reply built on it is
+    redacted, while the user's own turn stays."""
+    since = datetime.now(UTC).replace(microsecond=0)
+    planted = f"narwhal{uuid.uuid4().hex[:10]}"
+    note = tmp_path / "lighthouse.txt"
+    note.write_text(
+        "The lighthouse keeper\n\n"
+        f"The lighthouse keeper on Skerry Island keeps the codeword {planted} in a brass box. "
+        "He lights the lamp at dusk and writes the weather in a log every evening.\n"
+    )
+    question = "What does the lighthouse keeper on Skerry Island keep in a brass box?"
+    conversation = f"doc-{uuid.uuid4().hex[:8]}"
+    async with answering(client, module_database, embedder, engine, forget_data) as (
+        _,
+        rag,
+        _model,
+    ):
+        assert not (await rag.ingest([str(note)], tenant="t")).failures
+        document = uuid.UUID(
+            str(
+                module_database.scalar(
+                    "SELECT id FROM documents WHERE tenant = 't' AND source LIKE %s",
+                    "%lighthouse.txt",
+                )
+            )
+        )
+        answer = await rag.ask(
+            AskRequest(tenant="t", question=question, max_answer_tokens=8, top_k=2)
+        )
+        await rag.chat(conversation, question, "t", max_answer_tokens=8, top_k=2)
+        chat_run = ids.conversation_workflow_id("t", conversation)
+        # The test can fail: the text is in the answers' records and runs before the delete.
+        assert "transcripts.messages" in in_postgres(module_database, planted)
+        assert answer.trace_id in await in_temporal(client, planted, since)
+
+        deleted = await rag.delete_document(document, "t")
+        await save_history(client, deleted.workflow_id, "delete-document")
+        assert deleted.answers_forgotten == 2 and deleted.turns_redacted == 1, deleted
+        forget = client.get_workflow_handle(
+            deleted.forget_workflow_id, result_type=ForgetRunsOutput
+        )
+        report = await forget.result()
+    assert report.runs_deleted == 2, report  # the answer and the turn's answer
+    assert in_postgres(module_database, planted) == []
+    # The conversation's own run keeps its reply until the conversation is deleted (README).
+    deadline = time.monotonic() + 40
+    while left := set(await in_temporal(client, planted, since)) - {chat_run}:
+        assert time.monotonic() < deadline, f"still in Temporal: {left}"
+        await asyncio.sleep(0.5)
+    history = await rag.history(conversation, "t")
+    assert history is not None
+    assert [t.text for t in history.turns] == [question, REDACTED_REPLY]
+    assert history.turns[1].citations == []

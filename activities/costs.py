@@ -104,8 +104,8 @@ class CostActivities:
         """What answers that read a deleted document left in Postgres: their transcripts,
         answer cache entries and shadow rows are deleted, and conversation replies built on it
         are redacted (the user's own turns stay). Their cost rows stay, for accounting: they
-        hold ids and numbers, no text. Returns the answers, whose runs are deleted next.
-        Idempotent."""
+        hold ids and numbers, no text. Returns the answers and the conversations that held
+        them, whose runs are deleted next. Idempotent."""
         with self.sessions.begin() as session:
             traces = sorted(
                 session.scalars(
@@ -125,6 +125,12 @@ class CostActivities:
                     delete(table).where(table.tenant == request.tenant, column.in_(traces))
                 )
                 removed[table.__tablename__] = int(result.rowcount or 0)  # type: ignore[attr-defined]
+            conversations = session.scalars(
+                select(Conversation.external_id)
+                .distinct()
+                .join(Turn, Turn.conversation_id == Conversation.id)
+                .where(Conversation.tenant == request.tenant, Turn.trace_id.in_(traces))
+            ).all()
             redacted = session.execute(
                 update(Turn)
                 .where(
@@ -141,6 +147,7 @@ class CostActivities:
             answer_workflow_ids=traces,
             rows_removed=removed,
             turns_redacted=int(redacted.rowcount or 0),  # type: ignore[attr-defined]
+            conversations=sorted(conversations),
         )
 
     @activity.defn

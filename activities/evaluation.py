@@ -22,6 +22,7 @@ class EvaluationActivities:
                 EvalReportRow(
                     workflow_id=report.workflow_id,
                     set_name=report.set_name,
+                    tenant=request.tenant or "",
                     metrics=report.metrics.model_dump(),
                     outcomes=[o.model_dump() for o in report.outcomes],
                 )

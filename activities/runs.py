@@ -44,7 +44,7 @@ class RunActivities:
                 if run.start_time > request.started_before:
                     kept += 1
                     continue
-                deleted += await self._forget(run, request.wait_for)
+                deleted += await self._forget(run, request.wait_for, request.wait_for_open)
         workflows = len(request.workflow_ids)
         if request.tenant:
             found, removed = await self._forget_tenant(request)
@@ -66,13 +66,14 @@ class RunActivities:
         deleted = 0
         for n, run in enumerate(runs):
             activity.heartbeat(f"deleted {n} of {len(runs)}")
-            deleted += await self._forget(run, request.wait_for)
+            deleted += await self._forget(run, request.wait_for, request.wait_for_open)
         return len({run.id for run in runs}), deleted
 
-    async def _forget(self, run: WorkflowExecution, wait_for: str) -> int:
-        """Delete one run, terminating it first if it is open (except `wait_for`: StillOpen)."""
+    async def _forget(self, run: WorkflowExecution, wait_for: str, wait: bool = False) -> int:
+        """Delete one run, terminating it first if it is open (except `wait_for`, or any with
+        `wait`: StillOpen, retried until it has closed)."""
         if run.status == WorkflowExecutionStatus.RUNNING:
-            if run.id == wait_for:
+            if wait or run.id == wait_for:
                 raise ApplicationError(f"{run.id} is still open", type=STILL_OPEN)
             handle = self.client.get_workflow_handle(run.id, run_id=run.run_id)
             try:

@@ -283,6 +283,8 @@ class EvalReportRow(Base):
 
     workflow_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     set_name: Mapped[str] = mapped_column(String(64), index=True)
+    # Whose documents the cases were asked over ("" for runs stored before it was kept).
+    tenant: Mapped[str] = mapped_column(String(64), index=True, server_default="")
     metrics: Mapped[dict[str, object]] = mapped_column(JSONB)
     outcomes: Mapped[list[dict[str, object]]] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -30,6 +30,11 @@ class ForgottenAnswers(Contract):
     answer_workflow_ids: list[str] = Field(description="Answers that read the document.")
     rows_removed: dict[str, int] = Field(description="Transcripts, cache entries, shadow rows.")
     turns_redacted: int = Field(description="Conversation replies built on the document.")
+    conversations: list[str] = Field(
+        default_factory=list,
+        description="Conversations (their ids) holding such replies: their runs are reloaded, "
+        "then deleted.",
+    )
 
 
 class DocumentDeleted(Contract):

@@ -70,3 +70,4 @@ class EvalReport(Contract):
 
 class StoreEvalInput(Contract):
     report: EvalReport
+    tenant: TenantId | None = None  # None: a run recorded before reports kept it

@@ -60,13 +60,17 @@ class ForgetRunsInput(Contract):
     run `wait_for` (a workflow that asked for its own deletion) is deleted once it has closed;
     runs started after `started_before` are left alone (a conversation started again later).
     With `tenant`, every run of the namespace that names that tenant (its memo, or its id:
-    ragkit.ids.tenant_of) is deleted too, except `keep` (the tenant deletion's own run)."""
+    ragkit.ids.tenant_of) is deleted too, except `keep` (the tenant deletion's own run). With
+    `wait_for_open`, no run is terminated: each open one is waited for (StillOpen, retried)."""
 
     workflow_ids: list[str] = Field(max_length=100_000)
     wait_for: str = ""
     started_before: datetime
     tenant: TenantId | None = None
     keep: str = ""
+    wait_for_open: bool = Field(
+        default=False, description="Wait for every open run to close instead of terminating it."
+    )
 
 
 class ForgetRunsOutput(Contract):

@@ -115,6 +115,9 @@ class ConversationWorkflow:
         self.retry_summary_after = -1  # after a failure, fold again once this turn exists
         self.closing = False
         self.cancelled: set[str] = set()  # message ids whose turn was stopped (cancel_turn)
+        # A deleted document redacted some of this conversation's replies (`reload`): start a
+        # new run from Postgres, so this run's history, which holds them, can be deleted.
+        self.reload_requested = False
         self.answering: dict[str, workflow.ChildWorkflowHandle[AnswerWorkflow, Answer]] = {}
 
     @workflow.run
@@ -135,7 +138,8 @@ class ConversationWorkflow:
             if self._summary_due():
                 await self._summarize()
             if (
-                self.turns_this_run >= window.turns_per_run
+                self.reload_requested
+                or self.turns_this_run >= window.turns_per_run
                 or workflow.info().is_continue_as_new_suggested()
             ) and not self.closing:
                 await workflow.wait_condition(
@@ -183,6 +187,17 @@ class ConversationWorkflow:
         child = self.answering.get(message_id)
         if child is not None:
             child.cancel()
+
+    @workflow.signal
+    def reload(self, key: ConversationKey) -> None:
+        """Continue as new once no turn is in flight, loading the conversation again from
+        Postgres: a deleted document redacted replies this run still holds (DeleteDocumentWorkflow
+        deletes this run once it has closed). Another conversation's signal is ignored."""
+        if not self._mine(key.tenant, key.conversation_id):
+            workflow.logger.warning("reload for another conversation ignored")
+            return
+        self.reload_requested = True
+        self.events += 1
 
     @workflow.update
     async def delete(self, key: ConversationKey | None = None) -> int:

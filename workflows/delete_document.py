@@ -17,16 +17,21 @@ running the delete again removes the rest. Runs started before the answers were 
 
 from __future__ import annotations
 
+import contextlib
+
 from temporalio import workflow
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.costs import CostActivities
     from activities.documents import DocumentActivities
     from activities.vector_index import VectorIndexActivities
     from ragkit import ids, policies
+    from schemas.conversation import ConversationKey
     from schemas.documents import DocumentDeleted, DocumentRef, ForgottenAnswers
     from schemas.maintenance import ForgetRunsInput
     from workflows.calls import call, policy_table
+    from workflows.conversation import ConversationWorkflow
     from workflows.forget import ForgetRunsWorkflow
 
 FORGET_DOCUMENT_ANSWERS = "forget-document-answers"
@@ -59,7 +64,7 @@ class DeleteDocumentWorkflow:
             ref,
             summary="delete the document's chunks from Postgres",
         )
-        forget_id = await self._forget_runs(forgot) if forgetting else ""
+        forget_id = await self._forget_runs(ref, forgot) if forgetting else ""
         return DocumentDeleted(
             workflow_id=workflow.info().workflow_id,
             document_id=ref.document_id,
@@ -71,19 +76,35 @@ class DeleteDocumentWorkflow:
             forget_workflow_id=forget_id,
         )
 
-    async def _forget_runs(self, forgot: ForgottenAnswers) -> str:
+    async def _forget_runs(self, ref: DocumentRef, forgot: ForgottenAnswers) -> str:
         """Hand the answers' runs (and their shadows) to ForgetRunsWorkflow, abandoned: it
-        outlives this run, and open answers are terminated there, not waited for here."""
+        outlives this run. Conversations that held a redacted reply are told to reload from
+        Postgres (a new run), so their runs from before can go too. Nothing is terminated: an
+        open run is waited for (a turn in flight finishes first)."""
         if not forgot.answer_workflow_ids:
             return ""
         own = workflow.info()
         answers = forgot.answer_workflow_ids
         forget_id = ids.forget_workflow_id(own.workflow_id, own.run_id)
+        started_before = workflow.now()
+        conversations = [ids.conversation_workflow_id(ref.tenant, c) for c in forgot.conversations]
+        for conversation_id, workflow_id in zip(forgot.conversations, conversations, strict=True):
+            key = ConversationKey(tenant=ref.tenant, conversation_id=conversation_id)
+            # Not running: its runs are all closed, and deleted as they are.
+            with contextlib.suppress(FailureError):
+                await workflow.get_external_workflow_handle(workflow_id).signal(
+                    ConversationWorkflow.reload, key
+                )
         await workflow.start_child_workflow(
             ForgetRunsWorkflow.run,
             ForgetRunsInput(
-                workflow_ids=[*answers, *map(ids.shadow_workflow_id, answers)],
-                started_before=workflow.now(),
+                workflow_ids=[
+                    *answers,
+                    *map(ids.shadow_workflow_id, answers),
+                    *conversations,
+                ],
+                started_before=started_before,
+                wait_for_open=True,
             ),
             id=forget_id,
             task_queue=policy_table().queue_name(policies.Queue.WORKFLOW),

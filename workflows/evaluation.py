@@ -80,7 +80,7 @@ class EvaluationWorkflow:
         )
         await call(
             EvaluationActivities.store_eval_report,
-            StoreEvalInput(report=report),
+            StoreEvalInput(report=report, tenant=request.tenant),
             summary=f"store the report of {request.set_name}",
         )
         return report

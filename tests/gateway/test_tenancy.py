@@ -29,6 +29,7 @@ from ragkit.llm.engine import VllmEngine
 from ragkit.sources import Source
 from ragkit.store import costs as cost_reports
 from ragkit.store import keys
+from schemas.evaluation import EvalCase
 from tests.conftest import Database
 from tests.gateway.test_app import bearer, gateway
 from tests.workflows.test_answer import ingest_sample
@@ -44,6 +45,7 @@ OPERATIONS = [
     "feedback",
     "runs",
     "costs",
+    "evaluate",
     "delete_conversation",
     "delete_document",
 ]
@@ -68,6 +70,7 @@ class Tenant:
     chat_reads: int = 0
     unredacted: int = 0
     forgotten: set[str] = field(default_factory=set)  # their runs are being deleted
+    evaluations: int = 0
 
     @property
     def document_id(self) -> uuid.UUID:
@@ -211,7 +214,30 @@ class Run:
         with self.database.sessions() as session:
             totals = cost_reports.totals(session, "tenant", cost_reports.since_days(1))
         answers = {total.key: total.answers for total in totals}
-        assert answers.get(me.name, 0) == len(me.traces) + me.turns // 2, (me.name, answers)
+        expected = len(me.traces) + me.turns // 2 + me.evaluations  # a case is an answer
+        assert answers.get(me.name, 0) == expected, (me.name, answers)
+
+    async def evaluate(self, me: Tenant, other: Tenant) -> None:
+        """An evaluation run for a tenant asks over its documents only, and its report is kept
+        under its name."""
+        case = EvalCase(
+            id=f"case-{self.nth(me, 'evaluate')}",
+            kind="functional",
+            question=f"What is the {me.token}?",
+            relevant=[DOCUMENT],  # both tenants' documents have this name: only one may show
+        )
+        report = await self.rag.evaluate(
+            f"tenancy-{me.name}", [case], me.name, concurrency=1, max_answer_tokens=8
+        )
+        outcome = report.outcomes[0]
+        assert (DOCUMENT in outcome.retrieved) == me.document_alive, outcome
+        owner = self.database.scalar(
+            "SELECT tenant FROM eval_reports WHERE workflow_id = %s", report.workflow_id
+        )
+        assert owner == me.name, (report.workflow_id, owner)
+        me.evaluations += 1
+        if me.document_alive:
+            me.ask_reads.append(outcome.trace_id)
 
     async def delete_conversation(self, me: Tenant, other: Tenant) -> None:
         response = await self.http.delete(

@@ -290,6 +290,39 @@ async def test_it_continues_as_new_closes_when_idle_and_the_next_message_resumes
     assert_complete_and_ordered(stored, 4)
 
 
+async def test_reload_starts_a_new_run_from_postgres_and_ignores_another_conversation(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    conversation_data: Path,
+) -> None:
+    """What a document's delete sends a conversation that held a redacted reply: the run
+    continues as new (so the old one can be deleted), and the conversation goes on."""
+    conversation = f"r-{uuid.uuid4().hex[:8]}"
+    async with answering(client, module_database, embedder, engine, conversation_data) as (
+        _,
+        rag,
+        _model,
+    ):
+        await rag.chat(conversation, QUESTIONS[0], "t", max_answer_tokens=8, top_k=1)
+        handle = client.get_workflow_handle(conversation_workflow_id("t", conversation))
+        first_run = (await handle.describe()).run_id
+        await handle.signal(ConversationWorkflow.reload, key(f"{conversation}-other"))
+        await handle.signal(ConversationWorkflow.reload, key(conversation))
+        deadline = time.monotonic() + 30
+        while (await handle.describe()).run_id == first_run:
+            assert time.monotonic() < deadline, "no new run after reload"
+            await asyncio.sleep(0.2)
+        await save_history(client, handle.id, "conversation-reloaded", run_id=first_run)
+        first = client.get_workflow_handle(handle.id, run_id=first_run)
+        assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+        reply = await rag.chat(conversation, QUESTIONS[1], "t", max_answer_tokens=8, top_k=1)
+        stored = await rag.history(conversation, "t")
+    assert reply.turn == 3 and reply.history_turns > 0, reply
+    assert_complete_and_ordered(stored, 2)
+
+
 @pytest.mark.parametrize(
     ("fields", "where"),
     [

@@ -20,6 +20,7 @@ from ragkit.embedding import Embedder
 from ragkit.llm.engine import VllmEngine
 from ragkit.store import keys
 from schemas.answer import AskRequest
+from schemas.evaluation import EvalCase
 from schemas.ingest import IngestResult
 from tests.conftest import Database
 from tests.workflows.test_answer import answering
@@ -37,6 +38,7 @@ TENANT_TABLES = (
     "answer_costs",
     "transcripts",
     "answer_cache",
+    "eval_reports",
 )
 
 
@@ -73,6 +75,14 @@ async def use_tenant(rag: RagClient, database: Database, tenant: str, planted: s
     )
     for message in (f"Remember {planted}. Who lights the lamp?", "When?"):
         await rag.chat(f"talk-{planted}", message, tenant, max_answer_tokens=8, top_k=1)
+    case = EvalCase(
+        id="keeper",
+        kind="functional",
+        question=f"Where is {planted} kept?",
+        relevant=["lighthouse.txt"],
+        facts=["brass box"],
+    )
+    await rag.evaluate(f"tenant-{planted}", [case], tenant, max_answer_tokens=8)
 
 
 def tenant_rows(database: Database, tenant: str) -> dict[str, int]:
@@ -115,9 +125,12 @@ async def test_a_deleted_tenant_is_nowhere_and_the_other_keeps_everything(
         removed = report.rows_removed
         assert removed["conversations"] == 1 and removed["turns"] == 4, removed
         assert removed["uploads"] == 1 and removed["api_keys"] == 1, removed
-        assert removed["answer_costs"] == removed["transcripts"] == 3, removed  # ask + 2 turns
-        # At least: 2 ingests, the search, the answer, the conversation and its 2 turn answers.
-        assert report.runs_deleted >= 7, report
+        assert removed["eval_reports"] == 1, removed
+        # The ask, 2 turns and the evaluation's case (an answer too).
+        assert removed["answer_costs"] == removed["transcripts"] == 4, removed
+        # At least: 2 ingests, the search, the answer, the conversation and its 2 turn answers,
+        # the evaluation and its case.
+        assert report.runs_deleted >= 9, report
         assert in_postgres(module_database, gone_text) == []
         assert all(n == 0 for n in tenant_rows(module_database, gone).values())
         assert stack.index.count(gone) == 0

@@ -125,7 +125,8 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
 ) -> None:
     """Deleting a document forgets the answers that read it (answer_costs.read_documents):
     their transcripts, cache entries and runs go, and a conversation's reply built on it is
-    redacted, while the user's own turn stays."""
+    redacted, while the user's own turn stays; the conversation reloads into a new run, and its
+    run that held the reply is deleted too. The conversation goes on."""
     since = datetime.now(UTC).replace(microsecond=0)
     planted = f"narwhal{uuid.uuid4().hex[:10]}"
     note = tmp_path / "lighthouse.txt"
@@ -154,7 +155,8 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
             AskRequest(tenant="t", question=question, max_answer_tokens=8, top_k=2)
         )
         await rag.chat(conversation, question, "t", max_answer_tokens=8, top_k=2)
-        chat_run = ids.conversation_workflow_id("t", conversation)
+        chat = client.get_workflow_handle(ids.conversation_workflow_id("t", conversation))
+        run_before = (await chat.describe()).run_id
         # The test can fail: the text is in the answers' records and runs before the delete.
         assert "transcripts.messages" in in_postgres(module_database, planted)
         assert answer.trace_id in await in_temporal(client, planted, since)
@@ -166,14 +168,20 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
             deleted.forget_workflow_id, result_type=ForgetRunsOutput
         )
         report = await forget.result()
-    assert report.runs_deleted == 2, report  # the answer and the turn's answer
-    assert in_postgres(module_database, planted) == []
-    # The conversation's own run keeps its reply until the conversation is deleted (README).
-    deadline = time.monotonic() + 40
-    while left := set(await in_temporal(client, planted, since)) - {chat_run}:
-        assert time.monotonic() < deadline, f"still in Temporal: {left}"
-        await asyncio.sleep(0.5)
+        # The answer, the turn's answer, and the conversation's run that held the reply.
+        assert report.runs_deleted == 3, report
+        assert in_postgres(module_database, planted) == []
+        deadline = time.monotonic() + 40
+        while left := await in_temporal(client, planted, since):
+            assert time.monotonic() < deadline, f"still in Temporal: {left}"
+            await asyncio.sleep(0.5)
+        history = await rag.history(conversation, "t")
+        assert history is not None
+        assert [t.text for t in history.turns] == [question, REDACTED_REPLY]
+        assert history.turns[1].citations == []
+        # The conversation goes on, in its new run, from what Postgres holds.
+        assert (await chat.describe()).run_id != run_before
+        await rag.chat(conversation, "Why tides?", "t", max_answer_tokens=8, top_k=1)
     history = await rag.history(conversation, "t")
-    assert history is not None
-    assert [t.text for t in history.turns] == [question, REDACTED_REPLY]
-    assert history.turns[1].citations == []
+    assert history is not None and len(history.turns) == 4
+    assert history.turns[1].text == REDACTED_REPLY

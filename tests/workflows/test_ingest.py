@@ -71,11 +71,14 @@ def assert_index_matches_postgres(stack: Stack, tenant: str) -> int:
     return len(in_postgres)
 
 
-async def save_history(client: Client, workflow_id: str, name: str) -> None:
-    """With DURABLE_RAG_RECORD_HISTORIES=1, keep the history for the replay test."""
+async def save_history(
+    client: Client, workflow_id: str, name: str, run_id: str | None = None
+) -> None:
+    """With DURABLE_RAG_RECORD_HISTORIES=1, keep the history (of the latest run, or `run_id`)
+    for the replay test."""
     if os.environ.get("DURABLE_RAG_RECORD_HISTORIES") != "1":
         return
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     HISTORIES.mkdir(exist_ok=True)
     # The workflow id too: a flow that names children after itself replays only under its own id.
     recorded = {"workflowId": workflow_id, **json.loads(history.to_json())}

@@ -15,6 +15,7 @@ from ragkit.db import (
     CachedAnswer,
     Conversation,
     ShadowRun,
+    Summary,
     TranscriptRow,
     Turn,
 )
@@ -102,8 +103,9 @@ class CostActivities:
     @activity.defn
     def forget_document_answers(self, request: DocumentRef) -> ForgottenAnswers:
         """What answers that read a deleted document left in Postgres: their transcripts,
-        answer cache entries and shadow rows are deleted, and conversation replies built on it
-        are redacted (the user's own turns stay). Their cost rows stay, for accounting: they
+        answer cache entries and shadow rows are deleted, conversation replies built on it are
+        redacted (the user's own turns stay) and the summaries folded from them deleted (the
+        conversation folds its turns again). Their cost rows stay, for accounting: they
         hold ids and numbers, no text. Returns the answers and the conversations that held
         them, whose runs are deleted next. Idempotent."""
         with self.sessions.begin() as session:
@@ -131,6 +133,26 @@ class CostActivities:
                 .join(Turn, Turn.conversation_id == Conversation.id)
                 .where(Conversation.tenant == request.tenant, Turn.trace_id.in_(traces))
             ).all()
+            # A rolling summary folded from a redacted reply may repeat it: the conversation
+            # folds its turns again (from the oldest kept) without it.
+            replies = (
+                select(Turn.conversation_id, Turn.ordinal)
+                .where(
+                    Turn.trace_id.in_(traces),
+                    Turn.role == "assistant",
+                    Turn.conversation_id.in_(
+                        select(Conversation.id).where(Conversation.tenant == request.tenant)
+                    ),
+                )
+                .subquery()
+            )
+            summaries = session.execute(
+                delete(Summary).where(
+                    Summary.conversation_id == replies.c.conversation_id,
+                    Summary.summarized_through >= replies.c.ordinal,
+                )
+            )
+            removed[Summary.__tablename__] = int(summaries.rowcount or 0)  # type: ignore[attr-defined]
             redacted = session.execute(
                 update(Turn)
                 .where(

@@ -14,9 +14,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from ragkit import ids, policies
+from schemas.documents import DocumentRef
 from schemas.maintenance import ForgetRunsInput, ForgetRunsOutput
+from schemas.search import SearchResponse
 
 STILL_OPEN = "StillOpen"
+# The workflow type whose runs a document's delete reads (workflows/search.py's class): named,
+# not imported, since activities sit below workflows.
+SEARCH_WORKFLOW = "SearchWorkflow"
 # What ragkit/ids.py puts in a workflow id: nothing a visibility query would read as syntax.
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,400}$")
 
@@ -46,6 +51,9 @@ class RunActivities:
                     continue
                 deleted += await self._forget(run, request.wait_for, request.wait_for_open)
         workflows = len(request.workflow_ids)
+        if request.searches_of is not None:
+            found, removed = await self._forget_searches(request.searches_of, request)
+            workflows, deleted = workflows + found, deleted + removed
         if request.tenant:
             found, removed = await self._forget_tenant(request)
             workflows, deleted = workflows + found, deleted + removed
@@ -68,6 +76,36 @@ class RunActivities:
             activity.heartbeat(f"deleted {n} of {len(runs)}")
             deleted += await self._forget(run, request.wait_for, request.wait_for_open)
         return len({run.id for run in runs}), deleted
+
+    async def _forget_searches(
+        self, document: DocumentRef, request: ForgetRunsInput
+    ) -> tuple[int, int]:
+        """The tenant's search runs whose result returned a passage of `document`: a search
+        keeps no record in Postgres, so its result (decoded with this client's converter, the
+        codec included) is read to tell. Open or failed searches returned nothing."""
+        stamp = request.started_before.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        query = (
+            f"WorkflowType = '{SEARCH_WORKFLOW}' AND ExecutionStatus = 'Completed' "
+            f"AND StartTime <= '{stamp}'"
+        )
+        found: list[WorkflowExecution] = []
+        async for run in self.client.list_workflows(query, page_size=500):
+            activity.heartbeat(f"searches read {len(found)}")
+            if not await _names_tenant(run, document.tenant):
+                continue
+            handle = self.client.get_workflow_handle(
+                run.id, run_id=run.run_id, result_type=SearchResponse
+            )
+            try:
+                result = await handle.result(follow_runs=False)
+            except Exception:  # deleted meanwhile, or sealed with a key no longer held
+                continue
+            if any(p.document_id == document.document_id for p in result.passages):
+                found.append(run)
+        deleted = 0
+        for run in found:
+            deleted += await self._forget(run, request.wait_for, request.wait_for_open)
+        return len(found), deleted
 
     async def _forget(self, run: WorkflowExecution, wait_for: str, wait: bool = False) -> int:
         """Delete one run, terminating it first if it is open (except `wait_for`, or any with

@@ -28,7 +28,9 @@ class ForgottenAnswers(Contract):
     Postgres), and the runs whose histories carried its text, for ForgetRunsWorkflow."""
 
     answer_workflow_ids: list[str] = Field(description="Answers that read the document.")
-    rows_removed: dict[str, int] = Field(description="Transcripts, cache entries, shadow rows.")
+    rows_removed: dict[str, int] = Field(
+        description="Transcripts, cache entries, shadow rows, summaries folded from a reply."
+    )
     turns_redacted: int = Field(description="Conversation replies built on the document.")
     conversations: list[str] = Field(
         default_factory=list,

@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import Field
 
 from schemas.common import Contract, TenantId
+from schemas.documents import DocumentRef
 
 
 class CompactionInput(Contract):
@@ -70,6 +71,10 @@ class ForgetRunsInput(Contract):
     keep: str = ""
     wait_for_open: bool = Field(
         default=False, description="Wait for every open run to close instead of terminating it."
+    )
+    searches_of: DocumentRef | None = Field(
+        default=None,
+        description="Also delete the tenant's search runs whose result returned this document.",
     )
 
 

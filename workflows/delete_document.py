@@ -5,7 +5,9 @@ and the answers that read it are forgotten.
   -> forget the answers that read it (their transcripts, cache entries and shadow rows deleted,
      conversation replies built on it redacted; answer_costs.read_documents finds them)
   -> delete its points from the vector index -> delete its chunks (and its upload) from Postgres
-  -> ForgetRunsWorkflow (abandoned, on the bulk queue) deletes those answers' Temporal runs.
+  -> ForgetRunsWorkflow (abandoned, on the bulk queue) deletes those answers' Temporal runs, the
+     conversations' runs that held their replies (told to reload first), and the tenant's
+     searches that returned the document.
 
 Id `delete-<tenant>:<document id>`. A missing document (or another tenant's) is a NotFound
 error; deleting twice is harmless (the second run says `already_deleted`). The tombstone row
@@ -79,10 +81,9 @@ class DeleteDocumentWorkflow:
     async def _forget_runs(self, ref: DocumentRef, forgot: ForgottenAnswers) -> str:
         """Hand the answers' runs (and their shadows) to ForgetRunsWorkflow, abandoned: it
         outlives this run. Conversations that held a redacted reply are told to reload from
-        Postgres (a new run), so their runs from before can go too. Nothing is terminated: an
-        open run is waited for (a turn in flight finishes first)."""
-        if not forgot.answer_workflow_ids:
-            return ""
+        Postgres (a new run), so their runs from before can go too, and so do the tenant's
+        searches that returned the document. Nothing is terminated: an open run is waited for
+        (a turn in flight finishes first)."""
         own = workflow.info()
         answers = forgot.answer_workflow_ids
         forget_id = ids.forget_workflow_id(own.workflow_id, own.run_id)
@@ -105,10 +106,12 @@ class DeleteDocumentWorkflow:
                 ],
                 started_before=started_before,
                 wait_for_open=True,
+                searches_of=ref,
             ),
             id=forget_id,
             task_queue=policy_table().queue_name(policies.Queue.WORKFLOW),
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-            static_summary=f"delete the runs of {len(answers)} answer(s) that read the document",
+            static_summary=f"delete the runs of {len(answers)} answer(s) and the searches that "
+            "read the document",
         )
         return forget_id

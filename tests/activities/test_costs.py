@@ -7,10 +7,13 @@ import uuid
 import pytest
 from typer.testing import CliRunner, Result
 
-from activities.costs import CostActivities
+from activities.costs import REDACTED_REPLY, CostActivities
 from cli import app
+from ragkit import ids
+from ragkit.db import Conversation, Summary, Turn
 from ragkit.store import costs, feedback
 from schemas.answer import AnswerCost, ChatMessage, RecordCostInput, RecordShadowInput, StepCost
+from schemas.documents import DocumentRef
 from schemas.maintenance import CompactionInput
 from tests.conftest import Database
 
@@ -187,3 +190,69 @@ def test_the_shadow_report_compares_candidate_and_live_answers(
     monkeypatch.setenv("DURABLE_RAG_DATABASE_URL", database.url)
     printed = CliRunner().invoke(app, ["shadow", "report"])
     assert printed.exit_code == 0 and "large / answer-v2 / dense" in printed.output, printed.output
+
+
+def test_forgetting_a_document_touches_only_the_answers_that_read_it(database: Database) -> None:
+    """forget_document_answers: the transcripts of exactly the tenant's answers that read the
+    document go, their replies are redacted and summaries folded from them deleted; the rest,
+    another tenant's answer that names the same document id included, stays. Idempotent."""
+    activities = CostActivities(database.sessions)
+    document = uuid.uuid4()
+    said = [ChatMessage(role="user", content="the codeword is quokka")]
+    for trace, tenant, read in [
+        ("answer-read", "acme", [document]),
+        ("answer-other", "acme", [uuid.uuid4()]),
+        ("answer-zeta", "zeta", [document]),
+    ]:
+        activities.record_cost(
+            answer_cost(trace, tenant, "m", 1.0).model_copy(
+                update={"read_documents": read, "messages": said, "output": "quokka"}
+            )
+        )
+    conversation = ids.conversation_id("acme", "c1")
+    with database.sessions.begin() as session:
+        session.add(Conversation(id=conversation, tenant="acme", external_id="c1"))
+        session.flush()
+        for ordinal, role, trace in [
+            (0, "user", ""),
+            (1, "assistant", "answer-read"),
+            (2, "user", ""),
+            (3, "assistant", "answer-other"),
+        ]:
+            session.add(
+                Turn(
+                    conversation_id=conversation,
+                    ordinal=ordinal,
+                    role=role,
+                    text=f"turn {ordinal} quokka",
+                    citations=[{"number": 1}] if role == "assistant" else [],
+                    trace_id=trace,
+                )
+            )
+        for through in (0, 1, 3):
+            session.add(Summary(conversation_id=conversation, text="s", summarized_through=through))
+
+    forgot = activities.forget_document_answers(DocumentRef(tenant="acme", document_id=document))
+    assert forgot.answer_workflow_ids == ["answer-read"] and forgot.conversations == ["c1"]
+    assert forgot.turns_redacted == 1
+    assert forgot.rows_removed == {
+        "transcripts": 1,
+        "answer_cache": 0,
+        "shadow_runs": 0,
+        "summaries": 2,  # folded through the reply (1) and after it (3); the one through 0 stays
+    }
+    turns = database.rows("SELECT ordinal, text, citations FROM turns ORDER BY ordinal")
+    assert [t[1] for t in turns] == [
+        "turn 0 quokka",
+        REDACTED_REPLY,
+        "turn 2 quokka",
+        "turn 3 quokka",
+    ]
+    assert turns[1][2] == [] and turns[3][2] == [{"number": 1}]
+    assert database.rows("SELECT summarized_through FROM summaries") == [(0,)]
+    left = database.rows("SELECT trace_id FROM transcripts ORDER BY trace_id")
+    assert left == [("answer-other",), ("answer-zeta",)]
+    assert database.scalar("SELECT count(*) FROM answer_costs") == 3  # accounting stays
+
+    again = activities.forget_document_answers(DocumentRef(tenant="acme", document_id=document))
+    assert again.turns_redacted == 0 and set(again.rows_removed.values()) == {0}

@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.costs import REDACTED_REPLY
+from activities.runs import SEARCH_WORKFLOW
 from ragkit import ids
 from ragkit.embedding import Embedder
 from ragkit.llm.engine import VllmEngine
@@ -24,6 +25,7 @@ from schemas.maintenance import ForgetRunsOutput
 from tests.conftest import Database
 from tests.workflows.test_answer import answering, ingest_sample
 from tests.workflows.test_ingest import save_history
+from workflows.search import SearchWorkflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -155,6 +157,9 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
             AskRequest(tenant="t", question=question, max_answer_tokens=8, top_k=2)
         )
         await rag.chat(conversation, question, "t", max_answer_tokens=8, top_k=2)
+        found = await rag.search("lighthouse keeper brass box", "t", top_k=2)
+        assert found.passages[0].document_id == document
+        assert SearchWorkflow.__name__ == SEARCH_WORKFLOW  # what forget_runs lists by type
         chat = client.get_workflow_handle(ids.conversation_workflow_id("t", conversation))
         run_before = (await chat.describe()).run_id
         # The test can fail: the text is in the answers' records and runs before the delete.
@@ -168,8 +173,8 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
             deleted.forget_workflow_id, result_type=ForgetRunsOutput
         )
         report = await forget.result()
-        # The answer, the turn's answer, and the conversation's run that held the reply.
-        assert report.runs_deleted == 3, report
+        # The answer, the turn's answer, the conversation's run that held the reply, the search.
+        assert report.runs_deleted == 4, report
         assert in_postgres(module_database, planted) == []
         deadline = time.monotonic() + 40
         while left := await in_temporal(client, planted, since):

@@ -106,8 +106,8 @@ class CostActivities:
         answer cache entries and shadow rows are deleted, conversation replies built on it are
         redacted (the user's own turns stay) and the summaries folded from them deleted (the
         conversation folds its turns again). Their cost rows stay, for accounting: they
-        hold ids and numbers, no text. Returns the answers and the conversations that held
-        them, whose runs are deleted next. Idempotent."""
+        hold ids and numbers, no text. Returns the answers, and the conversations whose replies
+        this call redacted: their runs are deleted next. Idempotent."""
         with self.sessions.begin() as session:
             traces = sorted(
                 session.scalars(
@@ -127,12 +127,6 @@ class CostActivities:
                     delete(table).where(table.tenant == request.tenant, column.in_(traces))
                 )
                 removed[table.__tablename__] = int(result.rowcount or 0)  # type: ignore[attr-defined]
-            conversations = session.scalars(
-                select(Conversation.external_id)
-                .distinct()
-                .join(Turn, Turn.conversation_id == Conversation.id)
-                .where(Conversation.tenant == request.tenant, Turn.trace_id.in_(traces))
-            ).all()
             # A rolling summary folded from a redacted reply may repeat it: the conversation
             # folds its turns again (from the oldest kept) without it.
             replies = (
@@ -164,11 +158,17 @@ class CostActivities:
                     ),
                 )
                 .values(text=REDACTED_REPLY, citations=[])
-            )
+                .returning(Turn.conversation_id)
+            ).all()
+            conversations = session.scalars(
+                select(Conversation.external_id).where(
+                    Conversation.id.in_({row.conversation_id for row in redacted})
+                )
+            ).all()
         return ForgottenAnswers(
             answer_workflow_ids=traces,
             rows_removed=removed,
-            turns_redacted=int(redacted.rowcount or 0),  # type: ignore[attr-defined]
+            turns_redacted=len(redacted),
             conversations=sorted(conversations),
         )
 

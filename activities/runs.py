@@ -15,13 +15,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from ragkit import ids, policies
 from schemas.documents import DocumentRef
-from schemas.maintenance import ForgetRunsInput, ForgetRunsOutput
+from schemas.maintenance import ForgetRunsInput, ForgetRunsOutput, OpenAnswersInput
 from schemas.search import SearchResponse
 
 STILL_OPEN = "StillOpen"
-# The workflow type whose runs a document's delete reads (workflows/search.py's class): named,
-# not imported, since activities sit below workflows.
+# The workflow types a document's delete lists (workflows/search.py's and answer.py's classes):
+# named, not imported, since activities sit below workflows.
 SEARCH_WORKFLOW = "SearchWorkflow"
+ANSWER_WORKFLOW = "AnswerWorkflow"
 # What ragkit/ids.py puts in a workflow id: nothing a visibility query would read as syntax.
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,400}$")
 
@@ -58,6 +59,20 @@ class RunActivities:
             found, removed = await self._forget_tenant(request)
             workflows, deleted = workflows + found, deleted + removed
         return ForgetRunsOutput(workflows=workflows, runs_deleted=deleted, runs_kept=kept)
+
+    @activity.defn
+    async def wait_for_open_answers(self, request: OpenAnswersInput) -> None:
+        """StillOpen (retried) while an answer or search of the tenant that started before the
+        moment still runs: once none does, every run that could have read a document before its
+        tombstone has written all it will write."""
+        stamp = request.started_before.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        query = (
+            f"(WorkflowType = '{ANSWER_WORKFLOW}' OR WorkflowType = '{SEARCH_WORKFLOW}') "
+            f"AND ExecutionStatus = 'Running' AND StartTime <= '{stamp}'"
+        )
+        async for run in self.client.list_workflows(query, page_size=500):
+            if await _names_tenant(run, request.tenant):
+                raise ApplicationError(f"{run.id} is still running", type=STILL_OPEN)
 
     async def _forget_tenant(self, request: ForgetRunsInput) -> tuple[int, int]:
         """Every run started before `started_before` that names the tenant, in its memo (every

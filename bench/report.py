@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "serving": ("bench/serving.py", []),
     "codec": ("bench/codec.py", []),
     "dispatch": ("bench/dispatch.py", []),
+    "forget": ("bench/forget.py", []),
     "vector_search": ("bench/vector_search.py", []),
     "retrieval": ("bench/retrieval.py", []),
     "soak": ("bench/soak.py", ["--window", "15"]),
@@ -166,6 +167,17 @@ def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "target": "ratio < 1",
             "met": dispatch["ratio_p50"] < 1,
         })  # fmt: skip
+    forget = results.get("forget", {})
+    if "rows" in forget:
+        ours, defaults = forget["rows"][0], forget["rows"][1]
+        rows.append({
+            "figure": "a deleted run's history and visibility record gone, P50 (s)",
+            "plain-loop baseline": f"{defaults['text_gone_p50_s']:.1f} (dev server defaults)",
+            "durable-rag": ours["text_gone_p50_s"],
+            "ratio": forget["ratio_p50"],
+            "target": "ratio < 1",
+            "met": forget["ratio_p50"] < 1,
+        })  # fmt: skip
     vectors = results.get("vector_search", {})
     for row in vectors.get("rows", []):
         p99 = row.get("p99_ms", math.nan)
@@ -295,6 +307,7 @@ def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any
         ("serving", "Serving: answers, first tokens, search under ingest, concurrent streams"),
         ("codec", "Payload encryption: sealing and opening an answer's payloads"),
         ("dispatch", "Task dispatch: the embedded dev server's settings against its defaults"),
+        ("forget", "Forgetting: how long a deleted run's text stays on the Temporal server"),
         ("vector_search", "Vector search on the embedded index, with filters"),
         ("retrieval", "Retrieval quality (labelled set)"),
         ("soak", "Soak (smoke run)"),

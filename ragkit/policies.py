@@ -298,6 +298,15 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
             fallback=Fallback.FAIL_FLOW,
             expected_latency="~5 ms per run, after the conversation closes",
         ),
+        "wait_for_open_answers": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            # StillOpen, retried, until the answers running at a document's tombstone have
+            # finished: an answer runs for minutes at most (generate: 3 min, 2 attempts).
+            start_to_close=timedelta(seconds=30),
+            retry=_retry(initial=1, maximum=10, attempts=120),
+            fallback=Fallback.TOMBSTONE_HIDES,
+            expected_latency="~5 ms a look; done when the answers in flight are",
+        ),
         "record_cost": ActivityPolicy(
             queue=Queue.WORKFLOW,
             local=True,

@@ -34,8 +34,8 @@ class ForgottenAnswers(Contract):
     turns_redacted: int = Field(description="Conversation replies built on the document.")
     conversations: list[str] = Field(
         default_factory=list,
-        description="Conversations (their ids) holding such replies: their runs are reloaded, "
-        "then deleted.",
+        description="Conversations (their ids) whose replies this pass redacted: their runs are "
+        "reloaded, then deleted.",
     )
 
 
@@ -52,5 +52,7 @@ class DocumentDeleted(Contract):
     )
     turns_redacted: int = 0
     forget_workflow_id: str = Field(
-        default="", description="The run that deletes those answers' Temporal executions."
+        default="",
+        description="The run that deletes the Temporal executions that carried the document's "
+        "text (ForgetDocumentWorkflow).",
     )

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import Field
 
 from schemas.common import Contract, TenantId
-from schemas.documents import DocumentRef
+from schemas.documents import DocumentRef, ForgottenAnswers
 
 
 class CompactionInput(Contract):
@@ -112,3 +112,27 @@ class TenantDeleted(Contract):
     rows_removed: dict[str, int]
     runs_deleted: int = Field(description="Temporal runs deleted (open ones terminated first).")
     runs_kept: int = Field(description="Runs started after the deletion began, left alone.")
+
+
+class OpenAnswersInput(Contract):
+    """The tenant's answers and searches running since before `started_before` (a document's
+    tombstone): they may have read the document before it was hidden."""
+
+    tenant: TenantId
+    started_before: datetime
+
+
+class ForgetDocumentInput(Contract):
+    """The Temporal side of a document's delete, and its late pass (ForgetDocumentWorkflow):
+    what the delete's first pass found, and when the document was tombstoned."""
+
+    document: DocumentRef
+    first_pass: ForgottenAnswers
+    tombstoned_at: datetime
+
+
+class DocumentForgotten(Contract):
+    runs_deleted: int = Field(description="Runs deleted, both passes.")
+    late_answers: int = Field(
+        description="Answers in flight at the tombstone, forgotten once they had finished."
+    )

@@ -52,6 +52,7 @@ from workflows.delete_document import DeleteDocumentWorkflow
 from workflows.delete_tenant import DeleteTenantWorkflow
 from workflows.evaluation import EvaluationWorkflow
 from workflows.forget import ForgetRunsWorkflow
+from workflows.forget_document import ForgetDocumentWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.rebuild import RebuildIndexWorkflow
 from workflows.search import SearchWorkflow
@@ -66,6 +67,7 @@ WORKFLOWS = [
     RebuildIndexWorkflow,
     EvaluationWorkflow,
     ForgetRunsWorkflow,
+    ForgetDocumentWorkflow,
     DeleteTenantWorkflow,
 ]
 # What the live worker runs: the flows a person waits on.
@@ -96,6 +98,7 @@ def build_worker(
     history = HistoryActivities(sessions)
     evaluation = EvaluationActivities(sessions)
     tenants = TenantActivities(sessions)
+    runs = RunActivities(client)
     retrieval = RetrievalActivities(embedder, reader)
     answering: list[Any] = [
         retrieval.search_vectors,
@@ -124,7 +127,8 @@ def build_worker(
         costs.purge_transcripts,
         costs.forget_document_answers,
         evaluation.store_eval_report,
-        RunActivities(client).forget_runs,
+        runs.forget_runs,
+        runs.wait_for_open_answers,
         tenants.close_tenant,
         tenants.purge_tenant,
     ]

@@ -5,9 +5,8 @@ and the answers that read it are forgotten.
   -> forget the answers that read it (their transcripts, cache entries and shadow rows deleted,
      conversation replies built on it redacted; answer_costs.read_documents finds them)
   -> delete its points from the vector index -> delete its chunks (and its upload) from Postgres
-  -> ForgetRunsWorkflow (abandoned, on the bulk queue) deletes those answers' Temporal runs, the
-     conversations' runs that held their replies (told to reload first), and the tenant's
-     searches that returned the document.
+  -> ForgetDocumentWorkflow (abandoned, on the bulk queue): the runs that carried its text, and a
+     late pass for the answers that were still running at the tombstone.
 
 Id `delete-<tenant>:<document id>`. A missing document (or another tenant's) is a NotFound
 error; deleting twice is harmless (the second run says `already_deleted`). The tombstone row
@@ -19,22 +18,17 @@ running the delete again removes the rest. Runs started before the answers were 
 
 from __future__ import annotations
 
-import contextlib
-
 from temporalio import workflow
-from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.costs import CostActivities
     from activities.documents import DocumentActivities
     from activities.vector_index import VectorIndexActivities
     from ragkit import ids, policies
-    from schemas.conversation import ConversationKey
     from schemas.documents import DocumentDeleted, DocumentRef, ForgottenAnswers
-    from schemas.maintenance import ForgetRunsInput
+    from schemas.maintenance import ForgetDocumentInput
     from workflows.calls import call, policy_table
-    from workflows.conversation import ConversationWorkflow
-    from workflows.forget import ForgetRunsWorkflow
+    from workflows.forget_document import ForgetDocumentWorkflow
 
 FORGET_DOCUMENT_ANSWERS = "forget-document-answers"
 
@@ -48,6 +42,7 @@ class DeleteDocumentWorkflow:
             ref,
             summary="mark the document deleted: invisible to retrieval from now on",
         )
+        tombstoned_at = workflow.now()
         forgot = ForgottenAnswers(answer_workflow_ids=[], rows_removed={}, turns_redacted=0)
         forgetting = workflow.patched(FORGET_DOCUMENT_ANSWERS)
         if forgetting:
@@ -66,7 +61,19 @@ class DeleteDocumentWorkflow:
             ref,
             summary="delete the document's chunks from Postgres",
         )
-        forget_id = await self._forget_runs(ref, forgot) if forgetting else ""
+        forget_id = ""
+        if forgetting:
+            own = workflow.info()
+            forget_id = ids.forget_workflow_id(own.workflow_id, own.run_id)
+            await workflow.start_child_workflow(
+                ForgetDocumentWorkflow.run,
+                ForgetDocumentInput(document=ref, first_pass=forgot, tombstoned_at=tombstoned_at),
+                id=forget_id,
+                task_queue=policy_table().queue_name(policies.Queue.WORKFLOW),
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                static_summary=f"delete the runs that carried the document's text "
+                f"({len(forgot.answer_workflow_ids)} answer(s) so far)",
+            )
         return DocumentDeleted(
             workflow_id=workflow.info().workflow_id,
             document_id=ref.document_id,
@@ -77,41 +84,3 @@ class DeleteDocumentWorkflow:
             turns_redacted=forgot.turns_redacted,
             forget_workflow_id=forget_id,
         )
-
-    async def _forget_runs(self, ref: DocumentRef, forgot: ForgottenAnswers) -> str:
-        """Hand the answers' runs (and their shadows) to ForgetRunsWorkflow, abandoned: it
-        outlives this run. Conversations that held a redacted reply are told to reload from
-        Postgres (a new run), so their runs from before can go too, and so do the tenant's
-        searches that returned the document. Nothing is terminated: an open run is waited for
-        (a turn in flight finishes first)."""
-        own = workflow.info()
-        answers = forgot.answer_workflow_ids
-        forget_id = ids.forget_workflow_id(own.workflow_id, own.run_id)
-        started_before = workflow.now()
-        conversations = [ids.conversation_workflow_id(ref.tenant, c) for c in forgot.conversations]
-        for conversation_id, workflow_id in zip(forgot.conversations, conversations, strict=True):
-            key = ConversationKey(tenant=ref.tenant, conversation_id=conversation_id)
-            # Not running: its runs are all closed, and deleted as they are.
-            with contextlib.suppress(FailureError):
-                await workflow.get_external_workflow_handle(workflow_id).signal(
-                    ConversationWorkflow.reload, key
-                )
-        await workflow.start_child_workflow(
-            ForgetRunsWorkflow.run,
-            ForgetRunsInput(
-                workflow_ids=[
-                    *answers,
-                    *map(ids.shadow_workflow_id, answers),
-                    *conversations,
-                ],
-                started_before=started_before,
-                wait_for_open=True,
-                searches_of=ref,
-            ),
-            id=forget_id,
-            task_queue=policy_table().queue_name(policies.Queue.WORKFLOW),
-            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-            static_summary=f"delete the runs of {len(answers)} answer(s) and the searches that "
-            "read the document",
-        )
-        return forget_id

@@ -256,3 +256,4 @@ def test_forgetting_a_document_touches_only_the_answers_that_read_it(database: D
 
     again = activities.forget_document_answers(DocumentRef(tenant="acme", document_id=document))
     assert again.turns_redacted == 0 and set(again.rows_removed.values()) == {0}
+    assert again.conversations == []  # nothing newly redacted: no conversation to reload

@@ -39,6 +39,14 @@ RESULTS: dict[str, dict[str, Any]] = {
         "activities": 3,
         "ratio_p50": 60.0 / 350.0,
     },
+    "forget": {
+        "name": "forget",
+        "rows": [
+            {"server": "durable-rag dev server settings", "text_gone_p50_s": 4.0},
+            {"server": "dev server defaults", "text_gone_p50_s": 40.0},
+        ],
+        "ratio_p50": 0.1,
+    },
     "vector_search": {
         "name": "vector_search",
         "rows": [{"size": 100_000, "filter": "tenant", "p50_ms": 3.0, "p99_ms": 7.5}],
@@ -116,6 +124,9 @@ def test_summary_puts_each_figure_beside_its_baseline_and_target() -> None:
     dispatch = rows["workflow of 3 no-op activities P50 (ms)"]
     assert dispatch["plain-loop baseline"] == "350.0 (dev server defaults)"
     assert (dispatch["durable-rag"], dispatch["met"]) == (60.0, True)
+    forget = rows["a deleted run's history and visibility record gone, P50 (s)"]
+    assert forget["plain-loop baseline"] == "40.0 (dev server defaults)"
+    assert (forget["durable-rag"], forget["ratio"], forget["met"]) == (4.0, 0.1, True)
 
 
 def test_the_serving_figures_are_summarized_against_their_targets() -> None:
@@ -136,7 +147,8 @@ def test_render_has_the_machine_every_section_and_the_recorded_runs() -> None:
     recorded = {"soak-30min": {**RESULTS["soak"], "title": "soak, 30 minutes", "note": "once"}}
     text = render(RESULTS, recorded, machine(), "2026-12-01 00:00 UTC")
     assert "**Machine:**" in text and "CPUs" in text
-    for heading in ("## Summary", "## Ingest", "## Answer", "## Task dispatch", "## Vector search", "## Soak",
+    for heading in ("## Summary", "## Ingest", "## Answer", "## Task dispatch", "## Forgetting",
+                    "## Vector search", "## Soak",
                     "## Serving", "## Recorded: soak, 30 minutes"):  # fmt: skip
         assert heading in text, heading
     assert "Did not finish: `exit 1: boom`" in text  # a failed benchmark says so, never vanishes

@@ -21,7 +21,7 @@ from ragkit import ids
 from ragkit.embedding import Embedder
 from ragkit.llm.engine import VllmEngine
 from schemas.answer import AskRequest
-from schemas.maintenance import ForgetRunsOutput
+from schemas.maintenance import DocumentForgotten, ForgetRunsOutput
 from tests.conftest import Database
 from tests.workflows.test_answer import answering, ingest_sample
 from tests.workflows.test_ingest import save_history
@@ -170,11 +170,12 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
         await save_history(client, deleted.workflow_id, "delete-document")
         assert deleted.answers_forgotten == 2 and deleted.turns_redacted == 1, deleted
         forget = client.get_workflow_handle(
-            deleted.forget_workflow_id, result_type=ForgetRunsOutput
+            deleted.forget_workflow_id, result_type=DocumentForgotten
         )
         report = await forget.result()
+        await save_history(client, forget.id, "forget-document")
         # The answer, the turn's answer, the conversation's run that held the reply, the search.
-        assert report.runs_deleted == 4, report
+        assert report.runs_deleted == 4 and report.late_answers == 0, report
         assert in_postgres(module_database, planted) == []
         deadline = time.monotonic() + 40
         while left := await in_temporal(client, planted, since):
@@ -190,3 +191,59 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
     history = await rag.history(conversation, "t")
     assert history is not None and len(history.turns) == 4
     assert history.turns[1].text == REDACTED_REPLY
+
+
+async def test_an_answer_in_flight_when_its_document_is_deleted_is_forgotten_once_it_ends(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    forget_data: Path,
+    tmp_path: Path,
+) -> None:
+    """An answer that read the document before its tombstone writes its transcript after the
+    delete's first pass: ForgetDocumentWorkflow waits for it to finish, then forgets it too."""
+    since = datetime.now(UTC).replace(microsecond=0)
+    planted = f"okapi{uuid.uuid4().hex[:10]}"
+    note = tmp_path / "zoo.txt"
+    note.write_text(
+        "The zoo keeper\n\n"
+        f"The zoo keeper in Antwerp feeds the animal called {planted} at noon every day, and "
+        "writes what it ate in a green notebook.\n"
+    )
+    async with answering(client, module_database, embedder, engine, forget_data) as (
+        _,
+        rag,
+        _model,
+    ):
+        assert not (await rag.ingest([str(note)], tenant="t")).failures
+        document = uuid.UUID(
+            str(
+                module_database.scalar(
+                    "SELECT id FROM documents WHERE tenant = 't' AND source LIKE %s", "%zoo.txt"
+                )
+            )
+        )
+        question = "Describe in detail what the zoo keeper in Antwerp does at noon every day."
+        answering_run = await rag.start_ask(
+            AskRequest(tenant="t", question=question, max_answer_tokens=128, top_k=2)
+        )
+        # Once generate is pending, the answer has read the passage; its rows come after.
+        deadline = time.monotonic() + 30
+        while not (await answering_run.describe()).raw_description.pending_activities:
+            assert time.monotonic() < deadline, "the answer never reached generate"
+            await asyncio.sleep(0.05)
+        deleted = await rag.delete_document(document, "t")
+        await answering_run.result()
+        forget = client.get_workflow_handle(
+            deleted.forget_workflow_id, result_type=DocumentForgotten
+        )
+        report = await forget.result()
+        # Almost always the late pass's (generate takes seconds); either way it is forgotten.
+        assert deleted.answers_forgotten + report.late_answers == 1, (deleted, report)
+        assert report.runs_deleted >= 1, report
+    assert in_postgres(module_database, planted) == []
+    deadline = time.monotonic() + 40
+    while left := await in_temporal(client, planted, since):
+        assert time.monotonic() < deadline, f"still in Temporal: {left}"
+        await asyncio.sleep(0.5)

@@ -4,7 +4,7 @@ deletion also reaches the Temporal server's database (its histories and visibili
 from __future__ import annotations
 
 import re
-from datetime import UTC
+from datetime import UTC, datetime
 
 from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
@@ -65,7 +65,7 @@ class RunActivities:
         """StillOpen (retried) while an answer or search of the tenant that started before the
         moment still runs: once none does, every run that could have read a document before its
         tombstone has written all it will write."""
-        stamp = request.started_before.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = _visibility_time(request.started_before)
         query = (
             f"(WorkflowType = '{ANSWER_WORKFLOW}' OR WorkflowType = '{SEARCH_WORKFLOW}') "
             f"AND ExecutionStatus = 'Running' AND StartTime <= '{stamp}'"
@@ -79,7 +79,7 @@ class RunActivities:
         flow started with a tenant keeps it there) or in its id (ragkit.ids.tenant_of: forget
         runs carry no memo). A scan of the namespace's visibility records: a rare, operator-
         started job, so it reads pages rather than keeping an index of runs per tenant."""
-        stamp = request.started_before.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = _visibility_time(request.started_before)
         runs: list[WorkflowExecution] = []
         # Listed whole before any delete: pages are not read from a set that shrinks under them.
         async for run in self.client.list_workflows(f"StartTime <= '{stamp}'", page_size=500):
@@ -98,7 +98,7 @@ class RunActivities:
         """The tenant's search runs whose result returned a passage of `document`: a search
         keeps no record in Postgres, so its result (decoded with this client's converter, the
         codec included) is read to tell. Open or failed searches returned nothing."""
-        stamp = request.started_before.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = _visibility_time(request.started_before)
         query = (
             f"WorkflowType = '{SEARCH_WORKFLOW}' AND ExecutionStatus = 'Completed' "
             f"AND StartTime <= '{stamp}'"
@@ -161,3 +161,8 @@ async def _names_tenant(run: WorkflowExecution, tenant: str) -> bool:
         activity.logger.warning("cannot read the memo of %s; left alone", run.id)
         return False
     return bool(memo.get("tenant") == tenant)
+
+
+def _visibility_time(moment: datetime) -> str:
+    """A moment as a visibility query compares it (RFC 3339, UTC)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -5,8 +5,6 @@ tenant with the same kinds of data keeps all of it."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +22,7 @@ from schemas.evaluation import EvalCase
 from schemas.ingest import IngestResult
 from tests.conftest import Database
 from tests.workflows.test_answer import answering
-from tests.workflows.test_forget import in_postgres, in_temporal
+from tests.workflows.test_forget import gone_from_temporal, in_postgres, in_temporal
 from tests.workflows.test_ingest import save_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -134,11 +132,7 @@ async def test_a_deleted_tenant_is_nowhere_and_the_other_keeps_everything(
         assert in_postgres(module_database, gone_text) == []
         assert all(n == 0 for n in tenant_rows(module_database, gone).values())
         assert stack.index.count(gone) == 0
-        # The server removes histories and visibility records in the background (test_forget).
-        deadline = time.monotonic() + 40
-        while left := await in_temporal(client, gone_text, since):
-            assert time.monotonic() < deadline, f"still in Temporal: {left}"
-            await asyncio.sleep(0.5)
+        await gone_from_temporal(client, gone_text, since)
         assert await rag.history(f"talk-{gone_text}", gone) is None
 
         # The other tenant, whose name starts with the deleted one's, keeps everything.

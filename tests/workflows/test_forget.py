@@ -17,6 +17,7 @@ from temporalio.service import RPCError
 
 from activities.costs import REDACTED_REPLY
 from activities.runs import SEARCH_WORKFLOW
+from durable_rag.client import RagClient
 from ragkit import ids
 from ragkit.embedding import Embedder
 from ragkit.llm.engine import VllmEngine
@@ -72,6 +73,27 @@ async def in_temporal(client: Client, text: str, since: datetime) -> list[str]:
     return found
 
 
+async def gone_from_temporal(client: Client, text: str, since: datetime) -> None:
+    """Wait until no run started since `since` holds `text`. The server deletes a run's history
+    and visibility record in the background, once its close tasks are acked: ~4 s with the
+    stack's ack interval of 1 s (DYNAMIC_CONFIG; bench/forget.py), 34 s or more with the
+    server's default of 30 s (its delete task backs off 3 s x 1.5^n), which this does not wait
+    out."""
+    deadline = time.monotonic() + 40
+    while left := await in_temporal(client, text, since):
+        assert time.monotonic() < deadline, f"still in Temporal: {left}"
+        await asyncio.sleep(0.5)
+
+
+async def ingest_note(rag: RagClient, database: Database, note: Path) -> uuid.UUID:
+    """Ingest one file for tenant `t`; its document id."""
+    assert not (await rag.ingest([str(note)], tenant="t")).failures
+    found = database.scalar(
+        "SELECT id FROM documents WHERE tenant = 't' AND source LIKE %s", f"%{note.name}"
+    )
+    return uuid.UUID(str(found))
+
+
 async def test_a_deleted_conversations_text_is_nowhere_in_postgres_or_temporal(
     client: Client,
     module_database: Database,
@@ -107,13 +129,7 @@ async def test_a_deleted_conversations_text_is_nowhere_in_postgres_or_temporal(
     # The conversation's run and both answers (their shadows were never sampled).
     assert report.runs_deleted == 3 and report.runs_kept == 0, report
     assert in_postgres(module_database, planted) == []
-    # The server deletes a run's history and visibility record in the background, once its close
-    # tasks are acked: a few seconds with the stack's ack interval of 1 s (DYNAMIC_CONFIG), 39 s or
-    # more with the server's default of 30 s (its delete task backs off 3 s x 1.5^n).
-    deadline = time.monotonic() + 40
-    while left := await in_temporal(client, planted, since):
-        assert time.monotonic() < deadline, f"still in Temporal: {left}"
-        await asyncio.sleep(0.5)
+    await gone_from_temporal(client, planted, since)
     assert await rag.history(conversation, "t") is None
 
 
@@ -144,15 +160,7 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
         rag,
         _model,
     ):
-        assert not (await rag.ingest([str(note)], tenant="t")).failures
-        document = uuid.UUID(
-            str(
-                module_database.scalar(
-                    "SELECT id FROM documents WHERE tenant = 't' AND source LIKE %s",
-                    "%lighthouse.txt",
-                )
-            )
-        )
+        document = await ingest_note(rag, module_database, note)
         answer = await rag.ask(
             AskRequest(tenant="t", question=question, max_answer_tokens=8, top_k=2)
         )
@@ -177,10 +185,7 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
         # The answer, the turn's answer, the conversation's run that held the reply, the search.
         assert report.runs_deleted == 4 and report.late_answers == 0, report
         assert in_postgres(module_database, planted) == []
-        deadline = time.monotonic() + 40
-        while left := await in_temporal(client, planted, since):
-            assert time.monotonic() < deadline, f"still in Temporal: {left}"
-            await asyncio.sleep(0.5)
+        await gone_from_temporal(client, planted, since)
         history = await rag.history(conversation, "t")
         assert history is not None
         assert [t.text for t in history.turns] == [question, REDACTED_REPLY]
@@ -216,14 +221,7 @@ async def test_an_answer_in_flight_when_its_document_is_deleted_is_forgotten_onc
         rag,
         _model,
     ):
-        assert not (await rag.ingest([str(note)], tenant="t")).failures
-        document = uuid.UUID(
-            str(
-                module_database.scalar(
-                    "SELECT id FROM documents WHERE tenant = 't' AND source LIKE %s", "%zoo.txt"
-                )
-            )
-        )
+        document = await ingest_note(rag, module_database, note)
         question = "Describe in detail what the zoo keeper in Antwerp does at noon every day."
         answering_run = await rag.start_ask(
             AskRequest(tenant="t", question=question, max_answer_tokens=128, top_k=2)
@@ -243,7 +241,4 @@ async def test_an_answer_in_flight_when_its_document_is_deleted_is_forgotten_onc
         assert deleted.answers_forgotten + report.late_answers == 1, (deleted, report)
         assert report.runs_deleted >= 1, report
     assert in_postgres(module_database, planted) == []
-    deadline = time.monotonic() + 40
-    while left := await in_temporal(client, planted, since):
-        assert time.monotonic() < deadline, f"still in Temporal: {left}"
-        await asyncio.sleep(0.5)
+    await gone_from_temporal(client, planted, since)

@@ -130,8 +130,10 @@ def summary_trace_id(conversation_workflow: str, through_ordinal: int) -> str:
 
 def forget_workflow_id(workflow_id: str, run_id: str) -> str:
     """The deletion of the executions a run's text reached, started by that run (a conversation
-    deleted again in a later lifetime is another run, so another forget)."""
-    return f"forget-{workflow_id}-{run_id[:8]}"
+    deleted again in a later lifetime is another run, so another forget). The whole run id, in
+    a hash: run ids are UUIDv7, whose first characters are a timestamp, so two runs a minute
+    apart shared a prefix (a second delete of a document then failed to start its forget)."""
+    return f"forget-{workflow_id}-{short_hash('run', run_id, length=12)}"
 
 
 def delete_workflow_id(ref: DocumentRef) -> str:

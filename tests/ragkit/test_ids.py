@@ -155,3 +155,10 @@ def test_every_tenant_scoped_run_names_its_tenant_and_no_other(
     trace = ids.trace_id(tenant, key, "fresh")  # answers and searches: their memo names it
     assert ids.tenant_of(ids.answer_workflow_id(trace)) is None
     assert ids.tenant_of(ids.search_workflow_id(trace)) is None
+
+
+def test_two_runs_of_one_workflow_a_moment_apart_get_two_forgets() -> None:
+    """Run ids are UUIDv7: runs started within a minute share their first characters."""
+    first, second = "01a2355f-bd63-781b-b221-105aee211313", "01a2355f-bd98-764d-8263-d475bd528ef6"
+    workflow_id = "delete-t:6074bea9-056f-4926-8380-a68976a97de9"
+    assert ids.forget_workflow_id(workflow_id, first) != ids.forget_workflow_id(workflow_id, second)

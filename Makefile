@@ -79,7 +79,7 @@ soak: venv
 	$(BIN)/python bench/soak.py --duration $(DURATION)
 
 eval: venv
-	$(BIN)/durable-rag eval answers-smoke --gate
+	$(BIN)/durable-rag eval answers-gate --gate
 
 clean:
 	-$(BIN)/durable-rag down

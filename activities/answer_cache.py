@@ -23,6 +23,8 @@ from schemas.answer import CachedAnswerOutput, CacheKeyInput, Citation, StoreAns
 
 def question_key(request: CacheKeyInput) -> str:
     scope = ",".join(sorted(str(d) for d in request.document_ids))
+    if not request.filter.empty:  # a filtered question is another question (unfiltered: as before)
+        scope += "\n" + request.filter.model_dump_json()
     return hashlib.sha256(f"{normalize_question(request.question)}\n{scope}".encode()).hexdigest()
 
 

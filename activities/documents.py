@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import ColumnElement, delete, func, insert, select, text
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -23,7 +23,7 @@ from ragkit.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
 from ragkit.retrieval import keyword_query
 from ragkit.sources import Source
 from ragkit.store import uploads
-from schemas.common import DocumentFailure, DocumentVersion
+from schemas.common import DocumentFailure, DocumentFilter, DocumentVersion
 from schemas.documents import DocumentRef, PurgeDocumentOutput, TombstoneOutput
 from schemas.ingest import (
     CommitOutput,
@@ -44,6 +44,23 @@ from schemas.search import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def document_conditions(documents: DocumentFilter) -> list[ColumnElement[bool]]:
+    """The filter as SQL on a join of chunks and their documents: the same bounds and pairs as
+    the index payload's (`created_at` is the document's, `updated_at` its chunks' version)."""
+    found: list[ColumnElement[bool]] = []
+    if documents.created_after is not None:
+        found.append(Document.created_at >= documents.created_after)
+    if documents.created_before is not None:
+        found.append(Document.created_at <= documents.created_before)
+    if documents.updated_after is not None:
+        found.append(Chunk.created_at >= documents.updated_after)
+    if documents.updated_before is not None:
+        found.append(Chunk.created_at <= documents.updated_before)
+    if documents.metadata:
+        found.append(Document.meta.contains(dict(documents.metadata)))
+    return found
 
 
 class DocumentActivities:
@@ -130,7 +147,9 @@ class DocumentActivities:
             try:
                 # Heartbeats while a file is parsed: a crashed worker is noticed in seconds,
                 # not at the end of the start-to-close timeout (bench/faults.py worker_sigkill).
-                outcome = beating(functools.partial(self._stage_one, request.tenant, source))
+                outcome = beating(
+                    functools.partial(self._stage_one, request.tenant, source, request.metadata)
+                )
             except parsing.DocumentError as exc:
                 failures.append(DocumentFailure(source=source, kind=exc.kind, message=exc.message))
                 DOCUMENTS_INGESTED.labels("failed").inc()
@@ -142,11 +161,15 @@ class DocumentActivities:
                 staged.append(outcome)
         return StageBatchOutput(staged=staged, unchanged=unchanged, failures=failures)
 
-    def _stage_one(self, tenant: str, source: str) -> DocumentVersion | None:
+    def _stage_one(
+        self, tenant: str, source: str, metadata: dict[str, str]
+    ) -> DocumentVersion | None:
         started = time.perf_counter()
         content_type = parsing.content_type_for(source)
         data = self._read(tenant, Source.parse(source))
-        digest = ids.content_hash(data)
+        # The metadata is part of what a version is: new pairs make a new version, whose points
+        # carry them, so the index's payload never disagrees with Postgres for long.
+        digest = ids.content_hash(data, metadata)
         doc_id = ids.document_id(tenant, source)
 
         with self.sessions() as session:
@@ -180,6 +203,7 @@ class DocumentActivities:
                 return None  # a concurrent ingest got here first
             version = doc.version + 1
             doc.title = parsed.title
+            doc.meta = dict(metadata)
             doc.content_type = content_type
             doc.byte_size = len(data)
             doc.pending_version = version
@@ -413,6 +437,7 @@ class DocumentActivities:
         )
         if request.document_ids:
             statement = statement.where(Chunk.document_id.in_(request.document_ids))
+        statement = statement.where(*document_conditions(request.filter))
         with self.sessions() as session:
             rows = session.execute(statement).all()
         return VectorSearchOutput(

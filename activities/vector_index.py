@@ -22,6 +22,7 @@ from ragkit import failpoints, policies
 from ragkit.db import Chunk, Document, GenerationStatus, IndexGeneration, dead_chunk
 from ragkit.embedding import Embedder
 from ragkit.index import IndexFilter, IndexPoint, VectorIndex
+from ragkit.index.bm25 import Bm25Encoder
 from ragkit.index.generations import Generations
 from ragkit.index.reads import ActiveReader, search_query
 from ragkit.metrics import CHUNKS_EMBEDDED, STEP_SECONDS
@@ -53,11 +54,16 @@ class VectorIndexActivities:
     queries read the active one (ragkit/index/generations.py)."""
 
     def __init__(
-        self, generations: Generations, embedder: Embedder, sessions: sessionmaker[Session]
+        self,
+        generations: Generations,
+        embedder: Embedder,
+        sessions: sessionmaker[Session],
+        bm25: Bm25Encoder | None = None,
     ) -> None:
         self.generations = generations
         self.embedder = embedder
         self.sessions = sessions
+        self.bm25 = bm25 or Bm25Encoder()
 
     def _writers(self) -> list[VectorIndex]:
         try:
@@ -71,12 +77,13 @@ class VectorIndexActivities:
         except Exception as exc:
             raise index_error(exc) from exc
 
-    def _points(self, rows: Sequence[Row[Chunk, str, str]]) -> list[IndexPoint]:
-        """Embed chunk rows (with their document's source and title) into index points."""
+    def _points(self, rows: Sequence[Row[Chunk, Document]]) -> list[IndexPoint]:
+        """Embed chunk rows (with their document) into index points. Every field a search
+        filters on comes from Postgres, so a rebuild writes the same payload again."""
         began = time.perf_counter()
-        vectors = self.embedder.embed_passages(
-            [embedding_text(c.heading_path, c.text) for c, _, _ in rows]
-        )
+        texts = [embedding_text(c.heading_path, c.text) for c, _ in rows]
+        vectors = self.embedder.embed_passages(texts)
+        sparse = self.bm25.documents(texts)
         STEP_SECONDS.labels("embed").observe(time.perf_counter() - began)
         CHUNKS_EMBEDDED.labels(self.embedder.name).inc(len(rows))
         now = datetime.now(UTC).isoformat()
@@ -89,14 +96,18 @@ class VectorIndexActivities:
                     "document_id": str(chunk.document_id),
                     "version": chunk.version,
                     "ordinal": chunk.ordinal,
-                    "source": source,
-                    "title": title,
+                    "source": document.source,
+                    "title": document.title,
                     "heading_path": chunk.heading_path,
                     "text": chunk.text,
                     "ingested_at": now,
+                    "created_at": document.created_at.isoformat(),
+                    "updated_at": chunk.created_at.isoformat(),
+                    "meta": dict(document.meta or {}),
                 },
+                sparse=terms,
             )
-            for (chunk, source, title), vector in zip(rows, vectors, strict=True)
+            for (chunk, document), vector, terms in zip(rows, vectors, sparse, strict=True)
         ]
 
     @activity.defn
@@ -109,7 +120,7 @@ class VectorIndexActivities:
         wanted = [(d.document_id, d.version) for d in request.documents]
         with self.sessions() as session:
             rows = session.execute(
-                select(Chunk, Document.source, Document.title)
+                select(Chunk, Document)
                 .join(Document, Document.id == Chunk.document_id)
                 .where(
                     Chunk.tenant == request.tenant,
@@ -283,7 +294,7 @@ class VectorIndexActivities:
                     non_retryable=True,
                 )
             query = (
-                select(Chunk, Document.source, Document.title)
+                select(Chunk, Document)
                 .join(Document, Document.id == Chunk.document_id)
                 .where(~dead_chunk())
                 .order_by(Chunk.id)
@@ -324,7 +335,7 @@ class VectorIndexActivities:
                 window = missing[start : start + self.embedder.passages_per_call]
                 with self.sessions() as session:
                     rows = session.execute(
-                        select(Chunk, Document.source, Document.title)
+                        select(Chunk, Document)
                         .join(Document, Document.id == Chunk.document_id)
                         .where(Chunk.id.in_(window))
                     ).all()
@@ -420,7 +431,7 @@ class VectorIndexActivities:
     def dense_search(self, request: DenseSearchInput) -> VectorSearchOutput:
         """Embed the query and search the index: one round trip, and no vector in history.
         (Runs started before live retrieval; new ones run RetrievalActivities.search_vectors.)"""
-        where = IndexFilter(tenant=request.tenant, document_ids=tuple(request.document_ids))
+        where = IndexFilter.of(request.tenant, request.document_ids, request.filter)
         try:
             hits, embed_seconds = search_query(
                 self.embedder, ActiveReader(self.generations), request.query, request.limit, where

@@ -309,7 +309,7 @@ def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any
         ("dispatch", "Task dispatch: the embedded dev server's settings against its defaults"),
         ("forget", "Forgetting: how long a deleted run's text stays on the Temporal server"),
         ("vector_search", "Vector search on the embedded index, with filters"),
-        ("retrieval", "Retrieval quality (labelled set)"),
+        ("retrieval", "Retrieval quality (labelled sets)"),
         ("soak", "Soak (smoke run)"),
     ]
     for name, title in sections:

@@ -90,6 +90,7 @@ from gateway.server import serving_here  # noqa: E402
 from ragkit.db import make_sessionmaker  # noqa: E402
 from ragkit.embedding import load_embedder  # noqa: E402
 from ragkit.index import open_index  # noqa: E402
+from ragkit.index.factory import bm25_encoder  # noqa: E402
 from ragkit.index.generations import Generations  # noqa: E402
 from ragkit.index.reads import ActiveReader  # noqa: E402
 from ragkit.llm.engine import EngineConfig, Generation, Messages, VllmEngine  # noqa: E402
@@ -291,22 +292,45 @@ class Plain:
         query = rewrite(request.question)
         limit = plan.retrieval.candidates
         began = time.perf_counter()
-        dense, keyword = await asyncio.gather(
-            asyncio.to_thread(
+        retrieval = plan.retrieval
+        if retrieval.keyword == "bm25":  # one index call, as retrieve.py's _in_index
+            fusion = retrieval.fusion_method if retrieval.fusion_method != "zscore" else "none"
+            found = await asyncio.to_thread(
                 self.retrieval.search_vectors,
-                DenseSearchInput(tenant=request.tenant, query=query, limit=limit),
-            ),
-            asyncio.to_thread(
-                self.documents.keyword_search,
-                KeywordSearchInput(tenant=request.tenant, query=query, limit=limit),
-            ),
-        )
-        fused = fuse(
-            [Scored(str(h.chunk_id), h.score) for h in dense.hits],
-            [Scored(str(h.chunk_id), h.score) for h in keyword.hits],
-            method=plan.retrieval.fusion_method,
-            dense_weight=plan.retrieval.dense_weight,
-            keyword_weight=plan.retrieval.keyword_weight,
+                DenseSearchInput(
+                    tenant=request.tenant,
+                    query=query,
+                    limit=limit,
+                    keyword="bm25",
+                    fusion=fusion,
+                    rrf_k=retrieval.rrf_k,
+                    weights=(retrieval.dense_weight, retrieval.keyword_weight),
+                ),
+            )
+            dense_hits, keyword_hits = found.hits, found.keyword_hits
+        else:
+            dense, keyword = await asyncio.gather(
+                asyncio.to_thread(
+                    self.retrieval.search_vectors,
+                    DenseSearchInput(tenant=request.tenant, query=query, limit=limit),
+                ),
+                asyncio.to_thread(
+                    self.documents.keyword_search,
+                    KeywordSearchInput(tenant=request.tenant, query=query, limit=limit),
+                ),
+            )
+            dense_hits, keyword_hits = dense.hits, keyword.hits
+        fused = (
+            [Scored(str(h.chunk_id), h.score) for h in dense_hits]
+            if retrieval.keyword == "bm25" and retrieval.fusion_method != "zscore"
+            else fuse(
+                [Scored(str(h.chunk_id), h.score) for h in dense_hits],
+                [Scored(str(h.chunk_id), h.score) for h in keyword_hits],
+                method=retrieval.fusion_method,
+                dense_weight=retrieval.dense_weight,
+                keyword_weight=retrieval.keyword_weight,
+                rrf_k=retrieval.rrf_k,
+            )
         )
         began = self.lap("retrieve", began)
         hydrated = await asyncio.to_thread(
@@ -958,7 +982,9 @@ async def in_process(
         )
         plain = Plain(
             rag=rag,
-            retrieval=RetrievalActivities(embedder, ActiveReader(generations)),
+            retrieval=RetrievalActivities(
+                embedder, ActiveReader(generations), bm25_encoder(settings)
+            ),
             documents=DocumentActivities(
                 sessions, embedder.tokenizer, settings.ingest.chunk_tokens,
                 settings.ingest.chunk_overlap, settings.ingest.max_document_bytes,

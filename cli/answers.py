@@ -12,9 +12,15 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from cli.common import (
+    CreatedAfter,
+    CreatedBefore,
+    Meta,
+    UpdatedAfter,
+    UpdatedBefore,
     connect,
     console,
     db_sessions,
+    document_filter,
     fail,
     first_error,
     load_settings,
@@ -48,15 +54,22 @@ def ask(
     tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", help="Passages in the prompt (1-20).")] = 5,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Answer length bound.")] = 256,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    updated_after: UpdatedAfter = None,
+    updated_before: UpdatedBefore = None,
+    meta: Meta = None,
 ) -> None:
     """Answer a question from the ingested documents, with citations."""
     settings = load_settings()
+    documents = document_filter(created_after, created_before, updated_after, updated_before, meta)
     try:
         request = AskRequest(
             tenant=tenant or settings.default_tenant,
             question=question,
             top_k=top_k,
             max_answer_tokens=max_tokens,
+            filter=documents,
         )
     except ValidationError as exc:
         usage_error(first_error(exc))

@@ -4,8 +4,9 @@ connection, the database sessions and links to the Temporal UI."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -14,7 +15,7 @@ from rich.markup import escape
 from temporalio.exceptions import ApplicationError
 
 from ragkit.settings import Settings
-from schemas.common import Contract, TenantId
+from schemas.common import Contract, DocumentFilter, TenantId
 
 if TYPE_CHECKING:
     from durable_rag.client import RagClient
@@ -81,6 +82,73 @@ def first_error(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(x) for x in first["loc"])
     return f"{where}: {first['msg']}"
+
+
+# The options every command that searches takes (search, ask): the documents it may read.
+CreatedAfter = Annotated[
+    str | None,
+    typer.Option(
+        help="Only documents first ingested at or after this time (ISO 8601; UTC if no zone)."
+    ),
+]
+CreatedBefore = Annotated[
+    str | None, typer.Option(help="Only documents first ingested at or before this time.")
+]
+UpdatedAfter = Annotated[
+    str | None,
+    typer.Option(help="Only documents whose current version came at or after this time."),
+]
+UpdatedBefore = Annotated[
+    str | None,
+    typer.Option(help="Only documents whose current version came at or before this time."),
+]
+Meta = Annotated[
+    list[str] | None,
+    typer.Option("--meta", help="KEY=VALUE; repeat it. Searches: every pair must match."),
+]
+
+
+def parse_meta(pairs: list[str] | None) -> dict[str, str]:
+    """`--meta k=v` options as a dict; a malformed one exits 2."""
+    found: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            usage_error(f"--meta {pair!r}: expected KEY=VALUE")
+        if key in found:
+            usage_error(f"--meta: key {key!r} given twice")
+        found[key] = value
+    return found
+
+
+def document_filter(
+    created_after: str | None,
+    created_before: str | None,
+    updated_after: str | None,
+    updated_before: str | None,
+    meta: list[str] | None,
+) -> DocumentFilter:
+    """The search options as a DocumentFilter: a time with no zone is UTC, a date is its
+    midnight UTC; anything malformed exits 2 with the reason."""
+    times: dict[str, datetime | None] = {}
+    for name, value in (
+        ("created_after", created_after),
+        ("created_before", created_before),
+        ("updated_after", updated_after),
+        ("updated_before", updated_before),
+    ):
+        if value is None:
+            times[name] = None
+            continue
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            usage_error(f"--{name.replace('_', '-')} {value!r}: not an ISO 8601 date or time")
+        times[name] = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        return DocumentFilter.model_validate({**times, "metadata": parse_meta(meta)})
+    except ValidationError as exc:
+        usage_error(first_error(exc))
 
 
 def root_cause(exc: BaseException) -> str:

@@ -14,9 +14,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from temporalio.exceptions import ApplicationError
 
 from cli.common import (
+    CreatedAfter,
+    CreatedBefore,
+    Meta,
+    UpdatedAfter,
+    UpdatedBefore,
     check_tenant,
     connect,
     console,
+    document_filter,
     exists,
     fail,
     first_error,
@@ -33,20 +39,23 @@ from schemas.search import SearchRequest
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (md, txt, html, pdf).")],
     tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
+    meta: Meta = None,
 ) -> None:
-    """Ingest documents durably, with a progress bar; prints per-document errors."""
+    """Ingest documents durably, with a progress bar; prints per-document errors. `--meta`
+    pairs go to every document (searches filter on them; new pairs make a new version)."""
     settings = load_settings()
     missing = [str(p) for p in paths if not exists(p)]
     if missing:
         usage_error(f"no such file or directory: {', '.join(missing)}")
     check_tenant(tenant)
+    metadata = document_filter(None, None, None, None, meta).metadata
 
     async def run() -> None:
         rag = await connect(settings)
         try:
-            request = rag.ingest_request([str(p) for p in paths], tenant)
+            request = rag.ingest_request([str(p) for p in paths], tenant, metadata)
         except ValidationError as exc:
-            usage_error(str(exc))
+            usage_error(first_error(exc))
         workflow_id = ids.ingest_workflow_id(request)
         console.print(f"workflow {workflow_id}\n  {ui_link(settings, workflow_id)}")
         with Progress(
@@ -67,7 +76,9 @@ def ingest(
                     total=t.documents_total or None,
                 )
 
-            result = await rag.ingest(request.paths, request.tenant, on_progress=show)
+            result = await rag.ingest(
+                request.paths, request.tenant, on_progress=show, metadata=request.metadata
+            )
         t = result.totals
         console.print(
             f"documents: {t.documents_ingested} ingested, {t.documents_unchanged} unchanged, "
@@ -89,9 +100,15 @@ def search(
         str | None,
         typer.Option(help="hybrid, dense or keyword; default from settings (retrieval_mode)."),
     ] = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    updated_after: UpdatedAfter = None,
+    updated_before: UpdatedBefore = None,
+    meta: Meta = None,
 ) -> None:
     """Retrieve the best passages for a query, with scores and source locations."""
     settings = load_settings()
+    documents = document_filter(created_after, created_before, updated_after, updated_before, meta)
     try:
         checked = SearchRequest.model_validate(
             {
@@ -99,6 +116,7 @@ def search(
                 "query": query,
                 "top_k": top_k,
                 "mode": mode,
+                "filter": documents,
             }
         )
     except ValidationError as exc:
@@ -106,7 +124,7 @@ def search(
 
     async def run() -> None:
         rag = await connect(settings)
-        response = await rag.search(query, tenant, top_k, mode=checked.mode)
+        response = await rag.search(query, tenant, top_k, mode=checked.mode, documents=documents)
         console.print(
             f"[bold]{escape(query)}[/bold]   trace {response.trace_id}   ({response.retrieval})"
         )

@@ -74,13 +74,17 @@ shadow_app = typer.Typer(
 @shadow_app.command("report")
 def shadow_report(
     days: Annotated[float, typer.Option(min=0.01, max=3_650, help="How far back.")] = 7,
+    tenant: Annotated[
+        str | None, typer.Option(help="Only this tenant's requests; default: every tenant.")
+    ] = None,
 ) -> None:
     """Candidate against live: agreement, citation overlap, latency and cost per answer."""
+    check_tenant(tenant)
     from ragkit.store import costs  # lazy: SQLAlchemy, 0.2 s
 
     settings = load_settings()
     with db_sessions(settings)() as session:
-        report = costs.shadow_report(session, costs.since_days(days))
+        report = costs.shadow_report(session, costs.since_days(days), tenant)
     if not report:
         console.print(
             f"no shadow runs in the last {days:g} day(s): set DURABLE_RAG_SHADOW_SAMPLE_RATE "
@@ -101,7 +105,9 @@ def shadow_report(
 
 
 def eval_cmd(
-    set_name: Annotated[str, typer.Argument(help="A set in evals/sets, e.g. answers-smoke.")],
+    set_name: Annotated[
+        str, typer.Argument(help="A set in evals/sets: answers-gate (the gate), answers-smoke.")
+    ],
     gate: Annotated[
         bool, typer.Option(help="Exit 1 when a metric drops beyond its baseline's tolerance.")
     ] = False,
@@ -143,7 +149,7 @@ def eval_cmd(
         console.print(f"{name:<20} {value}")
     console.print(f"report: {path}  (run {ui_link(settings, report.workflow_id)})")
     if save_baseline:
-        console.print(f"baseline saved: {answers.save_baseline(set_name, report.metrics)}")
+        console.print(f"baseline saved: {answers.save_baseline(set_name, report, cases)}")
     if regressions:
         for regression in regressions:
             err.print(f"[red]gate:[/red] {regression}")

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from schemas.answer import (
     RoutingPlan,
     ShadowPlan,
 )
+from schemas.common import DocumentFilter
 from schemas.conversation import (
     DELETED_CONVERSATION,
     ChatReply,
@@ -129,7 +130,12 @@ class RagClient:
     ) -> RagClient:
         return cls(await connect(settings), settings, sessions)
 
-    def ingest_request(self, paths: Sequence[str], tenant: str | None = None) -> IngestRequest:
+    def ingest_request(
+        self,
+        paths: Sequence[str],
+        tenant: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> IngestRequest:
         try:
             absolute = [os.path.abspath(Path(p).expanduser()) for p in paths]
         except RuntimeError as exc:  # `~user/...` of a user this machine does not know
@@ -139,6 +145,7 @@ class RagClient:
             paths=absolute,
             batch_documents=self.settings.ingest.batch_documents,
             batches_per_run=self.settings.ingest.batches_per_run,
+            metadata=dict(metadata or {}),
         )
 
     async def start_ingest(
@@ -159,8 +166,11 @@ class RagClient:
         paths: Sequence[str],
         tenant: str | None = None,
         on_progress: Callable[[IngestProgress], Awaitable[None]] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> IngestResult:
-        request = self.ingest_request(paths, tenant)
+        """Ingest files and folders; `metadata` pairs go to every document (searches filter on
+        them)."""
+        request = self.ingest_request(paths, tenant, metadata)
         handle = await self.start_ingest(request)
         if on_progress is None:
             return await handle.result()
@@ -173,11 +183,16 @@ class RagClient:
         return result_task.result()
 
     async def ingest_document(
-        self, tenant: str, name: str, data: bytes, idempotency_key: str | None = None
+        self,
+        tenant: str,
+        name: str,
+        data: bytes,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> DocumentAccepted:
-        """Keep the bytes in Postgres and start ingesting them as the document `upload:<name>`.
-        With an idempotency key, a retried call starts nothing new (and a different body under
-        the same key is an IdempotencyConflict)."""
+        """Keep the bytes in Postgres and start ingesting them as the document `upload:<name>`,
+        with its `metadata` pairs. With an idempotency key, a retried call starts nothing new
+        (and a different body under the same key is an IdempotencyConflict)."""
         if len(data) > self.settings.ingest.max_document_bytes:
             raise ValueError(
                 f"{len(data)} bytes is over the document limit of "
@@ -185,7 +200,7 @@ class RagClient:
             )
         source = str(Source.upload(name))
         document_id = ids.document_id(tenant, source)
-        digest = hashlib.sha256(data).hexdigest()
+        digest = ids.content_hash(data, metadata)  # other pairs under the same key: a conflict
         workflow_id = ids.upload_workflow_id(tenant, name, idempotency_key, uuid.uuid4().hex[:12])
         if idempotency_key:
             seen = await self._seen_ingest(workflow_id, digest)
@@ -199,6 +214,7 @@ class RagClient:
             paths=[source],
             batch_documents=self.settings.ingest.batch_documents,
             batches_per_run=self.settings.ingest.batches_per_run,
+            metadata=dict(metadata or {}),
         )
         try:
             await self.client.start_workflow(
@@ -344,6 +360,8 @@ class RagClient:
             fusion_method=s.retrieval.fusion_method,
             dense_weight=s.retrieval.fusion_dense_weight,
             keyword_weight=s.retrieval.fusion_keyword_weight,
+            keyword=s.retrieval.keyword,
+            rrf_k=s.retrieval.fusion_rrf_k,
         )
 
     async def _start_live(
@@ -394,10 +412,16 @@ class RagClient:
         top_k: int = 5,
         request_key: str | None = None,
         mode: RetrievalMode | None = None,
+        documents: DocumentFilter | None = None,
     ) -> SearchResponse:
-        """`request_key`: the caller's idempotency key (a retried search attaches to its run)."""
+        """`request_key`: the caller's idempotency key (a retried search attaches to its run);
+        `documents`: a time range and metadata pairs the documents searched must match."""
         request = SearchRequest(
-            tenant=tenant or self.settings.default_tenant, query=query, top_k=top_k, mode=mode
+            tenant=tenant or self.settings.default_tenant,
+            query=query,
+            top_k=top_k,
+            mode=mode,
+            filter=documents or DocumentFilter(),
         )
         trace = ids.trace_id(request.tenant, request_key, uuid.uuid4().hex)
         handle = await self._start_live(

@@ -5,17 +5,27 @@ workflow code); here are the sets, the baselines and the gate that the CLI calls
 A set is `evals/sets/<name>.jsonl` (one `EvalCase` per line) over the bundled corpus; its baseline,
 `evals/baselines/<name>.json`, holds the metrics of main and the tolerance of each: the gate fails
 when a metric is worse than its baseline by more than its tolerance.
+
+Tolerances come from the baseline run itself (`bootstrap_tolerances`): its cases are resampled with
+replacement 2,000 times (a fixed seed), each metric is computed on every resample, and a metric's
+tolerance is how far the 5th percentile of those values (a one-sided 95% bound: the gate only
+looks for drops) lies below the baseline value; never less than one case's worth (1/cases), so a
+metric every case scored alike still tolerates one case flipping. A drop within it is one the set cannot tell from the luck of which cases were
+written; a drop beyond it is a regression the set can see. More cases, tighter tolerances: on
+`answers-gate` (60 cases) a 5-point drop of recall@5 fails the gate.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas.evaluation import EvalCase, EvalMetrics, EvalReport
+from ragkit import scoring
+from schemas.evaluation import CaseOutcome, EvalCase, EvalMetrics, EvalReport
 
 SETS = Path(__file__).resolve().parent / "sets"
 BASELINES = Path(__file__).resolve().parent / "baselines"
@@ -83,22 +93,52 @@ def compare(now: EvalMetrics, baseline: dict[str, dict[str, float]]) -> list[Reg
     return found
 
 
-DEFAULT_TOLERANCES = {
-    "recall_at_k": 0.05,
-    "mrr": 0.1,
-    "ndcg_at_10": 0.1,
-    # A small model's wording shifts with batching and threads: two cases' worth of slack.
-    "citation_precision": 0.25,
-    "fact_coverage": 0.25,
-    "refusal_accuracy": 0.2,
-}
+RESAMPLES = 2_000
+CONFIDENCE = 0.95
 
 
-def save_baseline(name: str, now: EvalMetrics) -> Path:
+def bootstrap_tolerances(
+    cases: Sequence[EvalCase],
+    outcomes: Sequence[CaseOutcome],
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Per gated metric: baseline minus the one-sided lower bound of its percentile bootstrap
+    over the cases, at least 1/len(cases). Deterministic for a given run (seeded)."""
+    if not cases:
+        raise ValueError("no cases to derive tolerances from")
+    observed = scoring.metrics(cases, outcomes)
+    draw = random.Random(seed)
+    values: dict[str, list[float]] = {metric: [] for metric in GATED}
+    for _ in range(resamples):
+        sample = draw.choices(cases, k=len(cases))
+        resampled = scoring.metrics(sample, outcomes)
+        for metric in GATED:
+            values[metric].append(getattr(resampled, metric))
+    floor = 1 / len(cases)
+    tolerances = {}
+    for metric in GATED:
+        ordered = sorted(values[metric])
+        lower = ordered[int((1 - confidence) * resamples)]
+        tolerances[metric] = round(max(floor, getattr(observed, metric) - lower), 4)
+    return tolerances
+
+
+def save_baseline(name: str, report: EvalReport, cases: Sequence[EvalCase]) -> Path:
+    """The run's metrics as the set's baseline, with tolerances bootstrapped from its cases."""
     BASELINES.mkdir(exist_ok=True)
     path = BASELINES / f"{name}.json"
-    kept = json.loads(path.read_text())["tolerances"] if path.is_file() else DEFAULT_TOLERANCES
-    path.write_text(json.dumps({"metrics": now.model_dump(), "tolerances": kept}, indent=2) + "\n")
+    baseline = {
+        "metrics": report.metrics.model_dump(),
+        "tolerances": bootstrap_tolerances(cases, report.outcomes),
+        "tolerance_method": (
+            f"percentile bootstrap over cases: {RESAMPLES} resamples, seed 0, "
+            f"the one-sided {CONFIDENCE:.0%} bound's distance below the baseline, at least 1/cases"
+        ),
+        "run": report.workflow_id,
+    }
+    path.write_text(json.dumps(baseline, indent=2) + "\n")
     return path
 
 

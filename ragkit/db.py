@@ -78,6 +78,11 @@ class Document(Base):
     pending_hash: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), default=DocumentStatus.PENDING)
     error: Mapped[str | None] = mapped_column(Text)
+    # Key/value pairs given at ingest; searches filter on them (R20). `metadata` is taken on a
+    # declarative class, hence the attribute's name.
+    meta: Mapped[dict[str, str]] = mapped_column(
+        "metadata", JSONB, server_default=text("'{}'::jsonb"), default=dict
+    )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
@@ -111,6 +116,9 @@ class Chunk(Base):
         Computed("to_tsvector('english', heading_path || ' ' || text)", persisted=True),
         deferred=True,  # only keyword search reads it, inside Postgres
     )
+    # When its version was staged: one transaction per version, so every chunk of a version has
+    # the same time. It is the version's "updated" time that searches filter on, here and in the
+    # index payload (written from this column, so a rebuild keeps it).
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

@@ -4,9 +4,11 @@ input always gives the same id, so retries never duplicate) and every workflow i
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from schemas.documents import DocumentRef
@@ -24,8 +26,14 @@ def chunk_id(document: uuid.UUID, version: int, ordinal: int) -> uuid.UUID:
     return uuid.uuid5(_NAMESPACE, f"chunk\x00{document}\x00{version}\x00{ordinal}")
 
 
-def content_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def content_hash(data: bytes, metadata: Mapping[str, str] | None = None) -> str:
+    """A document version's identity: its bytes, and its metadata when it has any (so a
+    document ingested without metadata keeps the hash it always had)."""
+    digest = hashlib.sha256(data).hexdigest()
+    if not metadata:
+        return digest
+    pairs = json.dumps(dict(sorted(metadata.items())), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(f"{digest}\n{pairs}".encode()).hexdigest()
 
 
 def short_hash(*parts: str, length: int = 12) -> str:
@@ -77,7 +85,9 @@ def ingest_workflow_id(request: IngestRequest) -> str:
     attaches to the running ingest instead of starting a second one."""
     sources = sorted(os.path.abspath(Path(p).expanduser()) for p in request.paths)
     name = slug(Path(sources[0]).name, 24) if len(sources) == 1 else f"{len(sources)}-paths"
-    digest = short_hash("ingest", request.tenant, *sources, length=16)
+    # Other metadata is another ingest: it must not attach to a run giving the files other pairs.
+    pairs = [f"{key}\x00{value}" for key, value in sorted(request.metadata.items())]
+    digest = short_hash("ingest", request.tenant, *sources, *pairs, length=16)
     return f"ingest-{tenant_scoped(request.tenant, f'{name}-{digest}')}"
 
 

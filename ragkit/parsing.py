@@ -170,6 +170,7 @@ def _parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
 
     stack: list[tuple[int, str]] = []
     blocks: list[Block] = []
+    headings: list[Block] = []  # the headings' own text: the body of a file of headings only
     title = ""
     body_start = 0
     in_fence = False
@@ -204,12 +205,18 @@ def _parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
             level, name = heading
             while stack and stack[-1][0] >= level:
                 stack.pop()
+            at = offsets[i] + line.find(name)
+            if at >= offsets[i]:
+                # One section for all: an outline of 20,000 headings packs into few chunks.
+                headings.append(Block((), at, at + len(name)))
             stack.append((level, name))
             if not title:
                 title = name
             body_start = offsets[i + consumed] if i + consumed < len(lines) else len(text)
         i += consumed
     flush(len(text))
+    if not blocks:
+        blocks = headings
     return ParsedDocument(title or fallback_title, "markdown", text, blocks)
 
 
@@ -223,7 +230,9 @@ def _parse_text(text: str, fallback_title: str) -> ParsedDocument:
         path = (title,)
     blocks = _paragraph_blocks(text, 0, len(text), path)
     if path and blocks and text[blocks[0].start : blocks[0].end] == title:
-        blocks = blocks[1:]
+        # The title line leaves the body, unless it is all the file says: a one-line note is
+        # text, and its only block (not under itself as a heading, or chunks say it twice).
+        blocks = blocks[1:] if len(blocks) > 1 else [Block((), blocks[0].start, blocks[0].end)]
     return ParsedDocument(title, "text", text, blocks)
 
 
@@ -265,6 +274,7 @@ class _HTMLText(HTMLParser):
         self.parts: list[str] = []
         self.blocks: list[Block] = []
         self.stack: list[tuple[int, str]] = []
+        self.headings: list[str] = []
         self.title = ""
         self._in_title = False
         self._heading: tuple[int, list[str]] | None = None
@@ -376,6 +386,7 @@ class _HTMLText(HTMLParser):
                 while self.stack and self.stack[-1][0] >= level:
                     self.stack.pop()
                 self.stack.append((level, name))
+                self.headings.append(name)
         elif tag in self.BLOCK_TAGS:
             self._flush()
 
@@ -401,9 +412,13 @@ def _parse_html(text: str, fallback_title: str) -> ParsedDocument:
     except Exception as exc:  # html.parser raises assorted errors on broken markup
         raise DocumentError(PARSE_ERROR, f"cannot parse HTML: {exc}") from None
     parser._flush()
-    title = " ".join(parser.title.split()) or (
-        parser.stack[0][1] if parser.stack else fallback_title
-    )
+    page_title = " ".join(parser.title.split())
+    title = page_title or (parser.stack[0][1] if parser.stack else fallback_title)
+    if not parser.blocks:  # headings, or the page's title, are all it says: they are the body
+        parser.stack = []  # one section for all, as in Markdown
+        for name in parser.headings or ([page_title] if page_title else []):
+            parser._current = [name]
+            parser._flush()
     return ParsedDocument(title, "html", "".join(parser.parts), parser.blocks)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-FusionMethod = Literal["zscore", "rrf"]
+FusionMethod = Literal["zscore", "rrf", "dbsf"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,16 @@ def fuse(
     - zscore: weighted sum of each side's z-normalised scores; an item missing from one side gets
       that side's lowest z-score, so appearing in both lists is rewarded.
     - rrf: reciprocal rank fusion, sum of weight / (k + rank).
+    - dbsf: distribution-based score fusion, as Qdrant does it: each side's scores mapped to
+      [0, 1] between mean - 3 sd and mean + 3 sd (clipped), summed (weights apply); an item
+      missing from a side gets 0 there.
     """
+    if method == "dbsf":
+        summed: dict[str, float] = {}
+        for weight, ranked in ((dense_weight, dense), (keyword_weight, keyword)):
+            for key, value in _dbsf(ranked).items():
+                summed[key] = summed.get(key, 0.0) + weight * value
+        return _ordered(summed)
     if method == "rrf":
         fused: dict[str, float] = {}
         for weight, ranked in ((dense_weight, dense), (keyword_weight, keyword)):
@@ -60,6 +69,17 @@ def _zscores(ranked: Sequence[Scored]) -> dict[str, float]:
     mean = statistics.fmean(scores)
     spread = statistics.pstdev(scores) or 1.0
     return {item.key: (item.score - mean) / spread for item in ranked}
+
+
+def _dbsf(ranked: Sequence[Scored]) -> dict[str, float]:
+    if not ranked:
+        return {}
+    scores = [item.score for item in ranked]
+    mean, spread = statistics.fmean(scores), statistics.pstdev(scores)
+    low, high = mean - 3 * spread, mean + 3 * spread
+    if high == low:
+        return {item.key: 0.5 for item in ranked}
+    return {item.key: min(1.0, max(0.0, (item.score - low) / (high - low))) for item in ranked}
 
 
 def _ordered(scores: dict[str, float]) -> list[Scored]:

@@ -186,6 +186,15 @@ class IndexSettings(BaseModel):
         default=100, ge=16, le=512, description="HNSW build candidates (R20: 100-200)."
     )
     hnsw_ef_search: int = Field(default=128, ge=8, le=1_024, description="HNSW search candidates.")
+    bm25_avg_len: float = Field(
+        default=60.0,
+        gt=0,
+        le=10_000,
+        description="BM25 in the index: the average chunk length in terms (after stopwords) "
+        "that term weights are normalised by. Changing it needs a rebuild.",
+    )
+    bm25_k: float = Field(default=1.2, ge=0, le=10, description="BM25 term-frequency saturation.")
+    bm25_b: float = Field(default=0.75, ge=0, le=1, description="BM25 length normalisation.")
     read_socket: str = Field(
         default="",
         alias="index_read_socket",
@@ -381,11 +390,21 @@ class RetrievalSettings(BaseModel):
         alias="retrieval_candidates",
         description="Passages each retriever returns before fusion.",
     )
-    fusion_method: Literal["zscore", "rrf"] = Field(
-        default="zscore", description="How vector and keyword results are merged."
+    keyword: Literal["bm25", "ts_rank"] = Field(
+        default="bm25",
+        alias="retrieval_keyword",
+        description="Keyword ranking: bm25, BM25 in the vector index (Postgres full text is its "
+        "fallback); ts_rank, Postgres full text.",
     )
-    fusion_dense_weight: float = Field(default=0.7, ge=0, le=1)
-    fusion_keyword_weight: float = Field(default=0.3, ge=0, le=1)
+    fusion_method: Literal["zscore", "rrf", "dbsf"] = Field(
+        default="zscore",
+        description="How vector and keyword results are merged: zscore (weighted z-scores, in "
+        "workflow code), rrf or dbsf (in the index, in one query, with BM25). The default and "
+        "its weights are chosen from bench/retrieval.py on two sets (BENCHMARKS.md).",
+    )
+    fusion_dense_weight: float = Field(default=0.3, ge=0, le=1)
+    fusion_keyword_weight: float = Field(default=0.7, ge=0, le=1)
+    fusion_rrf_k: int = Field(default=60, ge=1, le=1_000, description="RRF's rank constant.")
     reranker_model: str = Field(
         default="",
         description="Cross-encoder for reranking: 'packaged:minilm-reranker' (a locally made "
@@ -495,7 +514,7 @@ class ShadowSettings(BaseModel):
     retrieval_candidates: int = Field(
         default=0, ge=0, le=200, description="Candidate hits per retriever; 0: the live number."
     )
-    fusion_method: Literal["", "zscore", "rrf"] = Field(
+    fusion_method: Literal["", "zscore", "rrf", "dbsf"] = Field(
         default="", description="Candidate fusion for shadow runs; empty: the live one."
     )
     sample_rate: float = Field(

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from schemas.common import Contract, TenantId
+from schemas.common import Contract, DocumentFilter, TenantId
 from schemas.search import RetrievalLabel, RetrievalPlan
 
 ModelName = str  # served model name: lowercase letters, digits, . _ -
@@ -28,6 +28,9 @@ class AskRequest(Contract):
     )
     document_ids: list[uuid.UUID] = Field(
         default_factory=list, max_length=100, description="Only search these documents."
+    )
+    filter: DocumentFilter = Field(
+        default_factory=DocumentFilter, description="Only search documents that match it."
     )
     top_k: int = Field(
         default=DEFAULT_TOP_K, ge=1, le=20, description="Passages placed in the prompt, at most."
@@ -264,6 +267,7 @@ class CacheKeyInput(Contract):
     tenant: TenantId
     question: str = Field(min_length=1, max_length=8_000)
     document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=100)
+    filter: DocumentFilter = Field(default_factory=DocumentFilter)
 
 
 class StoreAnswerInput(CacheKeyInput):

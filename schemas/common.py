@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 TenantId = Annotated[
     str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -30,3 +30,35 @@ class DocumentFailure(Contract):
     source: str
     kind: str
     message: str
+
+
+MetadataKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+]
+MetadataValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+Metadata = Annotated[dict[MetadataKey, MetadataValue], Field(max_length=32)]
+
+
+class DocumentFilter(Contract):
+    """Which documents a search may read, besides its tenant (R20): a time range on when a
+    document was first ingested (`created_*`) or when its current version was (`updated_*`),
+    and metadata key/value pairs given at ingest, all of which must match. Bounds are
+    inclusive; times must carry a timezone."""
+
+    created_after: AwareDatetime | None = None
+    created_before: AwareDatetime | None = None
+    updated_after: AwareDatetime | None = None
+    updated_before: AwareDatetime | None = None
+    metadata: Metadata = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DocumentFilter:
+        for kind in ("created", "updated"):
+            after, before = getattr(self, f"{kind}_after"), getattr(self, f"{kind}_before")
+            if after is not None and before is not None and after > before:
+                raise ValueError(f"{kind}_after ({after}) is later than {kind}_before ({before})")
+        return self
+
+    @property
+    def empty(self) -> bool:
+        return self == DocumentFilter()

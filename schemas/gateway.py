@@ -7,12 +7,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.common import Contract
+from schemas.common import Contract, DocumentFilter, Metadata
 
 
 class AskBody(Contract):
     question: str = Field(min_length=1, max_length=8_000)
     document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=100)
+    filter: DocumentFilter = Field(
+        default_factory=DocumentFilter,
+        description="Time range and metadata the documents searched must match.",
+    )
     top_k: int = Field(default=5, ge=1, le=20)
     max_answer_tokens: int = Field(default=256, ge=1, le=4_096)
     model: str | None = Field(default=None, pattern=r"^[a-z0-9._-]{1,64}$")
@@ -54,6 +58,9 @@ class DocumentBody(Contract):
         "the same name again replaces the document with a new version.",
     )
     text: str = Field(min_length=1, max_length=16_000_000)
+    metadata: Metadata = Field(
+        default_factory=dict, description="Key/value pairs searches can filter on."
+    )
 
 
 class DocumentAccepted(Contract):

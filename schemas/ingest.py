@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from schemas.common import Contract, DocumentFailure, DocumentVersion, TenantId
+from schemas.common import Contract, DocumentFailure, DocumentVersion, Metadata, TenantId
 
 
 class IngestRequest(Contract):
@@ -15,6 +15,11 @@ class IngestRequest(Contract):
     batch_documents: int = Field(default=8, ge=1, le=500, description="Documents per batch.")
     batches_per_run: int = Field(
         default=50, ge=1, le=10_000, description="Batches per workflow run before continue-as-new."
+    )
+    metadata: Metadata = Field(
+        default_factory=dict,
+        description="Key/value pairs given to every document of this ingest (searches filter on "
+        "them); a document whose pairs change gets a new version.",
     )
 
 
@@ -80,6 +85,7 @@ class DiscoverOutput(Contract):
 class StageBatchInput(Contract):
     tenant: TenantId
     files: list[str] = Field(min_length=1, max_length=500)
+    metadata: Metadata = Field(default_factory=dict)
 
 
 class StageBatchOutput(Contract):

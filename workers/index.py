@@ -24,6 +24,7 @@ from ragkit.db import IndexGeneration, make_sessionmaker
 from ragkit.embedding import Embedder
 from ragkit.gpu import register_gpu_metrics
 from ragkit.index import VectorIndex
+from ragkit.index.factory import bm25_encoder
 from ragkit.index.generations import Generations
 from ragkit.index.reads import ActiveReader, ReadServer
 from ragkit.logs import setup_logging
@@ -56,7 +57,7 @@ def build_worker(
         if isinstance(index, Generations)
         else Generations(settings, sessions, embedder.name, embedder.dimension, opened=index)
     )
-    vectors = VectorIndexActivities(generations, embedder, sessions)
+    vectors = VectorIndexActivities(generations, embedder, sessions, bm25_encoder(settings))
     reranking = RerankActivities(reranker)
     return Worker(
         client,

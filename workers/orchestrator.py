@@ -33,6 +33,7 @@ from activities.runs import RunActivities
 from activities.tenants import TenantActivities
 from ragkit.db import make_sessionmaker
 from ragkit.embedding import Embedder
+from ragkit.index.factory import bm25_encoder
 from ragkit.index.reads import IndexReader
 from ragkit.logs import setup_logging
 from ragkit.settings import Settings
@@ -99,7 +100,7 @@ def build_worker(
     evaluation = EvaluationActivities(sessions)
     tenants = TenantActivities(sessions)
     runs = RunActivities(client)
-    retrieval = RetrievalActivities(embedder, reader)
+    retrieval = RetrievalActivities(embedder, reader, bm25_encoder(settings))
     answering: list[Any] = [
         retrieval.search_vectors,
         documents.hydrate_hits,

@@ -249,7 +249,9 @@ class AnswerWorkflow:
         return rules_query
 
     async def _retrieve(self, request: AskRequest, plan: AnswerPlan, query: str) -> Retrieved:
-        found = await retrieve(request.tenant, query, plan.retrieval, request.document_ids)
+        found = await retrieve(
+            request.tenant, query, plan.retrieval, request.document_ids, documents=request.filter
+        )
         self.degradations.extend(found.degradations)
         if found.embed_seconds:
             self.steps.append(
@@ -466,6 +468,7 @@ class AnswerWorkflow:
                     tenant=request.tenant,
                     question=request.question,
                     document_ids=request.document_ids,
+                    filter=request.filter,
                 ),
                 summary="look for a cached answer to this question and corpus version",
             ),
@@ -492,6 +495,7 @@ class AnswerWorkflow:
                     tenant=request.tenant,
                     question=request.question,
                     document_ids=request.document_ids,
+                    filter=request.filter,
                     trace_id=self.trace_id,
                     answer=reply.text,
                     citations=reply.citations,

@@ -40,6 +40,7 @@ class IngestWorkflow:
     @workflow.init
     def __init__(self, wf_input: IngestWorkflowInput) -> None:
         self._tenant = wf_input.request.tenant
+        self._metadata = wf_input.request.metadata
         self._stage = "starting"
         self._totals = IngestTotals()
         self._failures: list[DocumentFailure] = []
@@ -133,7 +134,7 @@ class IngestWorkflow:
         try:
             staged = await call(
                 DocumentActivities.stage_batch,
-                StageBatchInput(tenant=tenant, files=files),
+                StageBatchInput(tenant=tenant, files=files, metadata=self._metadata),
                 summary=f"{label}: parse, chunk, diff {len(files)} file(s)",
             )
         except ActivityError as err:

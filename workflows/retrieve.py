@@ -1,10 +1,15 @@
 """Hybrid retrieval, the steps the search and answer workflows share (workflow code, no I/O).
 
-  vector search (local activity: the orchestrator embeds the query and reads the index)
-  || keyword search (local activity: Postgres full text) -> fuse with the plan's method and
-  weights. No task queue round trip: both are recorded with the workflow task's completion.
-
-Either retriever failing or timing out leaves the other to serve alone; the result says so.
+With BM25 in the index (`plan.keyword == "bm25"`, the default):
+  one local activity: the orchestrator embeds the query and asks the index for vector and BM25
+  hits, fused there in one query (rrf, dbsf) or returned apart and fused here (zscore).
+  The index failing leaves Postgres full text to serve alone (R9).
+With Postgres full text (`ts_rank`, and runs from before the `bm25-in-index` patch):
+  vector search (local activity) || keyword search (local activity: Postgres full text) -> fuse
+  with the plan's method and weights.
+No task queue round trip either way: local activities are recorded with the workflow task's
+completion. Either retriever failing or timing out leaves the other to serve alone; the result
+says so.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.retrieval import RetrievalActivities
     from activities.vector_index import VectorIndexActivities
     from ragkit.retrieval import Scored, fuse
+    from schemas.common import DocumentFilter
     from schemas.search import (
         DenseSearchInput,
         KeywordSearchInput,
@@ -34,6 +40,8 @@ with workflow.unsafe.imports_passed_through():
 
 # Runs started before this patch searched on the index worker's queue (`dense_search`).
 LIVE_RETRIEVAL = "live-retrieval"
+# Runs started before this patch ranked keywords in Postgres only.
+BM25_IN_INDEX = "bm25-in-index"
 
 
 @dataclass
@@ -51,12 +59,16 @@ async def retrieve(
     plan: RetrievalPlan,
     document_ids: list[uuid.UUID],
     mode: RetrievalMode | None = None,
+    documents: DocumentFilter | None = None,
 ) -> Retrieved:
     mode = mode or plan.mode
     use_dense, use_keyword = mode in ("hybrid", "dense"), mode in ("hybrid", "keyword")
+    scope = Scope(document_ids, documents or DocumentFilter())
+    if use_keyword and plan.keyword == "bm25" and workflow.patched(BM25_IN_INDEX):
+        return await _in_index(tenant, query, plan, scope, use_dense)
     dense, keyword = await asyncio.gather(
-        _dense(tenant, query, plan.candidates, document_ids) if use_dense else _no_dense(),
-        _keyword(tenant, query, plan.candidates, document_ids) if use_keyword else _nothing(),
+        _dense(tenant, query, plan.candidates, scope) if use_dense else _no_dense(),
+        _keyword(tenant, query, plan.candidates, scope) if use_keyword else _nothing(),
         return_exceptions=True,
     )
     for outcome in (dense, keyword):
@@ -91,19 +103,117 @@ async def retrieve(
         if served_keyword
         else "none"
     )
-    fused = fuse(
-        [Scored(str(h.chunk_id), h.score) for h in dense_hits],
-        [Scored(str(h.chunk_id), h.score) for h in keyword],
-        method=plan.fusion_method,
-        dense_weight=plan.dense_weight,
-        keyword_weight=plan.keyword_weight,
-    )
+    fused = _fuse(plan, dense_hits, keyword)
     return Retrieved(
         fused=fused,
         retrieval=label,
         degradations=degradations,
         embed_seconds=embed_seconds,
         top_similarity=max((h.score for h in dense_hits), default=None),
+    )
+
+
+async def _in_index(
+    tenant: str, query: str, plan: RetrievalPlan, scope: Scope, use_dense: bool
+) -> Retrieved:
+    """BM25 in the index: with dense search, fused there in one query (rrf, dbsf) or returned
+    apart for z-scores here; alone in keyword mode. Postgres full text is the fallback (R9):
+    when the index fails, and on a generation from before BM25 (until a rebuild)."""
+    fusion = plan.fusion_method if use_dense and plan.fusion_method != "zscore" else "none"
+    degradations: list[str] = []
+    try:
+        found = await call(
+            RetrievalActivities.search_vectors,
+            DenseSearchInput(
+                tenant=tenant,
+                query=query,
+                limit=plan.candidates,
+                document_ids=scope.document_ids,
+                filter=scope.documents,
+                dense=use_dense,
+                keyword="bm25",
+                fusion=fusion,
+                rrf_k=plan.rrf_k,
+                weights=(plan.dense_weight, plan.keyword_weight),
+            ),
+            summary=(
+                f"embed the query; vector and BM25 search, fused ({fusion}), top {plan.candidates}"
+                if fusion != "none"
+                else f"search the index (BM25{' and vectors' if use_dense else ''}), "
+                f"top {plan.candidates}"
+            ),
+        )
+    except ActivityError as err:
+        if is_cancellation(err):
+            raise
+        degrade(
+            degradations,
+            "keyword_only",
+            f"vector search failed (BM25 with it: one index), Postgres full-text search "
+            f"served alone: {_why(err)}",
+        )
+        return await _postgres_alone(tenant, query, plan, scope, degradations)
+    if found.keyword == "fused":
+        return Retrieved(
+            fused=[Scored(str(h.chunk_id), h.score) for h in found.hits],
+            retrieval="hybrid",
+            embed_seconds=found.embed_seconds,
+            top_similarity=found.top_similarity,
+        )
+    if found.keyword == "bm25":
+        return Retrieved(
+            fused=_fuse(plan, found.hits, found.keyword_hits),
+            retrieval="hybrid" if use_dense else "keyword_only",
+            embed_seconds=found.embed_seconds,
+            top_similarity=found.top_similarity,
+        )
+    # A generation from before BM25 answered dense hits only: Postgres ranks the keywords.
+    try:
+        keyword = await _keyword(tenant, query, plan.candidates, scope)
+    except ActivityError as err:
+        if is_cancellation(err):
+            raise
+        degrade(
+            degradations,
+            "vector_only",
+            f"keyword search failed, vector search served alone: {_why(err)}",
+        )
+        keyword = []
+    return Retrieved(
+        fused=_fuse(plan, found.hits, keyword),
+        retrieval="hybrid" if keyword or not degradations else "vector_only",
+        degradations=degradations,
+        embed_seconds=found.embed_seconds,
+        top_similarity=found.top_similarity,
+    )
+
+
+async def _postgres_alone(
+    tenant: str, query: str, plan: RetrievalPlan, scope: Scope, degradations: list[str]
+) -> Retrieved:
+    try:
+        keyword = await _keyword(tenant, query, plan.candidates, scope)
+    except ActivityError as err:
+        if is_cancellation(err):
+            raise
+        degrade(degradations, "no_retrieval", f"keyword search failed too: {_why(err)}")
+        return Retrieved(fused=[], retrieval="none", degradations=degradations)
+    return Retrieved(
+        fused=[Scored(str(h.chunk_id), h.score) for h in keyword],
+        retrieval="keyword_only",
+        degradations=degradations,
+    )
+
+
+def _fuse(plan: RetrievalPlan, dense: list[VectorHit], keyword: list[VectorHit]) -> list[Scored]:
+    """The two ranked lists as one, with the plan's method and weights (workflow code)."""
+    return fuse(
+        [Scored(str(h.chunk_id), h.score) for h in dense],
+        [Scored(str(h.chunk_id), h.score) for h in keyword],
+        method=plan.fusion_method,
+        dense_weight=plan.dense_weight,
+        keyword_weight=plan.keyword_weight,
+        rrf_k=plan.rrf_k,
     )
 
 
@@ -115,10 +225,22 @@ async def _no_dense() -> VectorSearchOutput:
     return VectorSearchOutput(hits=[])
 
 
-async def _dense(
-    tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
-) -> VectorSearchOutput:
-    search = DenseSearchInput(tenant=tenant, query=query, limit=limit, document_ids=document_ids)
+@dataclass(frozen=True)
+class Scope:
+    """Which documents both retrievers may read: listed ones, and a time range and metadata."""
+
+    document_ids: list[uuid.UUID]
+    documents: DocumentFilter
+
+
+async def _dense(tenant: str, query: str, limit: int, scope: Scope) -> VectorSearchOutput:
+    search = DenseSearchInput(
+        tenant=tenant,
+        query=query,
+        limit=limit,
+        document_ids=scope.document_ids,
+        filter=scope.documents,
+    )
     if workflow.patched(LIVE_RETRIEVAL):
         return await call(
             RetrievalActivities.search_vectors,
@@ -132,12 +254,16 @@ async def _dense(
     )
 
 
-async def _keyword(
-    tenant: str, query: str, limit: int, document_ids: list[uuid.UUID]
-) -> list[VectorHit]:
+async def _keyword(tenant: str, query: str, limit: int, scope: Scope) -> list[VectorHit]:
     found = await call(
         DocumentActivities.keyword_search,
-        KeywordSearchInput(tenant=tenant, query=query, limit=limit, document_ids=document_ids),
+        KeywordSearchInput(
+            tenant=tenant,
+            query=query,
+            limit=limit,
+            document_ids=scope.document_ids,
+            filter=scope.documents,
+        ),
         summary=f"keyword search (Postgres full text), top {limit}",
     )
     return found.hits

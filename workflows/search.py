@@ -32,7 +32,7 @@ class SearchWorkflow:
             clock = now
 
         found = await retrieve(
-            request.tenant, request.query, plan, request.document_ids, request.mode
+            request.tenant, request.query, plan, request.document_ids, request.mode, request.filter
         )
         lap("retrieve")
         passages = []

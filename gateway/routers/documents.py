@@ -2,6 +2,7 @@
 (202) and runs as a workflow; a delete returns once no retrieval path sees the document."""
 
 import asyncio
+import json
 import uuid
 from typing import Annotated
 
@@ -33,7 +34,9 @@ async def post_document(
 ) -> DocumentAccepted:
     """Ingest a document sent as text. The name is its identity: the same name again
     replaces it. With an `Idempotency-Key`, a retried POST starts nothing new."""
-    return await accept_document(rag, tenant, body.name, body.text.encode(), idempotency_key)
+    return await accept_document(
+        rag, tenant, body.name, body.text.encode(), idempotency_key, body.metadata
+    )
 
 
 @router.post("/v1/documents/upload", response_model=DocumentAccepted, status_code=202)
@@ -43,24 +46,38 @@ async def upload_document(
     rag: Rag,
     idempotency_key: IdempotencyKey = None,
     name: Annotated[str | None, Form(max_length=200)] = None,
+    metadata: Annotated[
+        str | None, Form(max_length=20_000, description='A JSON object: {"key": "value", ...}.')
+    ] = None,
 ) -> DocumentAccepted:
     """Ingest an uploaded file (multipart/form-data, field `file`; `name` overrides the
-    file's name)."""
+    file's name; `metadata`, a JSON object of strings, gives it key/value pairs)."""
     data = await file.read()
     try:
-        checked = DocumentBody(name=name or file.filename or "", text="-")
-    except ValueError as exc:
+        checked = DocumentBody.model_validate(
+            {
+                "name": name or file.filename or "",
+                "text": "-",
+                "metadata": json.loads(metadata) if metadata else {},
+            }
+        )
+    except ValueError as exc:  # json.JSONDecodeError is one too
         raise HTTPException(422, str(exc)) from exc
     if not data:
         raise HTTPException(422, "the uploaded file is empty")
-    return await accept_document(rag, tenant, checked.name, data, idempotency_key)
+    return await accept_document(rag, tenant, checked.name, data, idempotency_key, checked.metadata)
 
 
 async def accept_document(
-    rag: RagClient, tenant: str, name: str, data: bytes, idempotency_key: str | None
+    rag: RagClient,
+    tenant: str,
+    name: str,
+    data: bytes,
+    idempotency_key: str | None,
+    metadata: dict[str, str],
 ) -> DocumentAccepted:
     try:
-        return await rag.ingest_document(tenant, name, data, idempotency_key)
+        return await rag.ingest_document(tenant, name, data, idempotency_key, metadata)
     except IdempotencyConflict as exc:
         raise HTTPException(409, str(exc)) from exc
     except ValueError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Sequence
@@ -12,14 +13,21 @@ import qdrant_edge as qe
 
 from ragkit.index.base import (
     PAYLOAD_INDEXES,
+    Fusion,
     IndexConfigError,
     IndexFilter,
     IndexHit,
     IndexPoint,
     IndexUnavailableError,
+    NoKeywordVectorsError,
 )
+from ragkit.index.bm25 import SPARSE_NAME, SparseVector
 
-_SCHEMA = {"keyword": qe.PayloadSchemaType.Keyword, "integer": qe.PayloadSchemaType.Integer}
+_SCHEMA = {
+    "keyword": qe.PayloadSchemaType.Keyword,
+    "integer": qe.PayloadSchemaType.Integer,
+    "datetime": qe.PayloadSchemaType.Datetime,
+}
 
 
 class EdgeIndex:
@@ -36,6 +44,7 @@ class EdgeIndex:
         )
         try:
             if path.is_dir() and any(path.iterdir()):
+                self.keyword = _has_sparse(path)
                 self._shard = qe.EdgeShard.load(str(path))
                 existing = self._shard.info()  # noqa: F841  (proves it opened)
                 stored = self._stored_dimension()
@@ -49,8 +58,12 @@ class EdgeIndex:
                 path.mkdir(parents=True, exist_ok=True)
                 config = qe.EdgeConfig(
                     vectors=qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine),
+                    sparse_vectors={
+                        SPARSE_NAME: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)
+                    },
                     hnsw_config=hnsw,
                 )
+                self.keyword = True
                 self._shard = qe.EdgeShard.create(str(path), config)
                 for name, kind in PAYLOAD_INDEXES.items():
                     self._shard.update(qe.UpdateOperation.create_field_index(name, _SCHEMA[kind]))
@@ -70,7 +83,7 @@ class EdgeIndex:
             return None
         vector: Any = records[0].vector
         if isinstance(vector, dict):
-            vector = next(iter(vector.values()))
+            vector = vector.get("", next(iter(vector.values())))
         return len(vector)
 
     def _check(self, vector: Sequence[float]) -> None:
@@ -84,7 +97,7 @@ class EdgeIndex:
             return
         for p in points:
             self._check(p.vector)
-        ops = [qe.Point(str(p.id), list(p.vector), p.payload) for p in points]
+        ops = [qe.Point(str(p.id), self._vectors(p), p.payload) for p in points]
         with self._lock:
             self._shard.update(qe.UpdateOperation.upsert_points(ops))
             self._shard.flush()
@@ -129,6 +142,80 @@ class EdgeIndex:
             IndexHit(uuid.UUID(str(p.id)), float(p.score), dict(p.payload or {})) for p in points
         ]
 
+    def _vectors(self, point: IndexPoint) -> Any:
+        if not self.keyword:
+            return list(point.vector)
+        vectors: dict[str, Any] = {"": list(point.vector)}
+        if point.sparse is not None:
+            vectors[SPARSE_NAME] = qe.SparseVector(
+                list(point.sparse.indices), list(point.sparse.values)
+            )
+        return vectors
+
+    def _require_keyword(self) -> None:
+        if not self.keyword:
+            raise NoKeywordVectorsError(
+                "this index generation holds no BM25 vectors (created before them): "
+                "`durable-rag rebuild` builds one that does"
+            )
+
+    def search_keyword(self, query: SparseVector, limit: int, where: IndexFilter) -> list[IndexHit]:
+        self._require_keyword()
+        if not query.indices:  # no term survived (stopwords only): nothing matches
+            return []
+        request = qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(_edge_sparse(query), using=SPARSE_NAME),
+            filter=self._filter(where),
+            with_payload=True,
+        )
+        with self._lock:
+            points = self._shard.query(request)
+        return [
+            IndexHit(uuid.UUID(str(p.id)), float(p.score), dict(p.payload or {})) for p in points
+        ]
+
+    def search_fused(
+        self,
+        vector: Sequence[float],
+        query: SparseVector,
+        limit: int,
+        candidates: int,
+        where: IndexFilter,
+        fusion: Fusion,
+    ) -> list[IndexHit]:
+        self._check(vector)
+        self._require_keyword()
+        where_filter = self._filter(where)
+        prefetches = [
+            qe.Prefetch(
+                limit=candidates,
+                query=qe.Query.Nearest(list(vector)),
+                filter=where_filter,
+                params=qe.SearchParams(hnsw_ef=max(self._ef_search, candidates)),
+            )
+        ]
+        if query.indices:
+            prefetches.append(
+                qe.Prefetch(
+                    limit=candidates,
+                    query=qe.Query.Nearest(_edge_sparse(query), using=SPARSE_NAME),
+                    filter=where_filter,
+                )
+            )
+        weights = list(fusion.weights) if fusion.weights and len(prefetches) == 2 else None
+        method: Any = (
+            qe.Fusion.Rrf(fusion.k, weights=weights) if fusion.method == "rrf" else qe.Fusion.Dbsf()
+        )
+        request = qe.QueryRequest(
+            limit=limit, prefetches=prefetches, query=method, filter=where_filter, with_payload=True
+        )
+        with self._lock:
+            points = self._shard.query(request)
+        return [
+            IndexHit(uuid.UUID(str(p.id)), float(p.score), dict(p.payload or {})) for p in points
+        ]
+
     @staticmethod
     def _filter(where: IndexFilter) -> qe.Filter:
         must: list[Any] = [qe.FieldCondition(key="tenant", match=qe.MatchValue(where.tenant))]
@@ -138,6 +225,10 @@ class EdgeIndex:
                     key="document_id", match=qe.MatchAny([str(d) for d in where.document_ids])
                 )
             )
+        for key, lower, upper in where.ranges():
+            must.append(qe.FieldCondition(key=key, range=qe.RangeDateTime(gte=lower, lte=upper)))
+        for name, value in sorted(where.metadata.items()):
+            must.append(qe.FieldCondition(key=f"meta.{name}", match=qe.MatchValue(value)))
         return qe.Filter(must=must)
 
     def count(self, tenant: str | None = None) -> int:
@@ -174,3 +265,16 @@ class EdgeIndex:
             if not self._closed:  # a dropped generation is closed before its owner closes it
                 self._shard.close()
                 self._closed = True
+
+
+def _edge_sparse(vector: SparseVector) -> qe.SparseVector:
+    return qe.SparseVector(list(vector.indices), list(vector.values))
+
+
+def _has_sparse(path: Path) -> bool:
+    """Whether the shard at `path` was created with BM25 vectors (its config says)."""
+    try:
+        config = json.loads((path / "edge_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return SPARSE_NAME in (config.get("sparse_vectors") or {})

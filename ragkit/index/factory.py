@@ -5,7 +5,18 @@ from __future__ import annotations
 import shutil
 
 from ragkit.index.base import VectorIndex
+from ragkit.index.bm25 import Bm25Config, Bm25Encoder
 from ragkit.settings import Settings
+
+
+def bm25_encoder(settings: Settings) -> Bm25Encoder:
+    """The one BM25 tokenizer and weighting of this deployment: the same for points and
+    queries, whichever process encodes them."""
+    return Bm25Encoder(
+        Bm25Config(
+            avg_len=settings.index.bm25_avg_len, k=settings.index.bm25_k, b=settings.index.bm25_b
+        )
+    )
 
 
 def open_index(

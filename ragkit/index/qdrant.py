@@ -16,14 +16,21 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from ragkit.index.base import (
     PAYLOAD_INDEXES,
+    Fusion,
     IndexConfigError,
     IndexFilter,
     IndexHit,
     IndexPoint,
     IndexUnavailableError,
+    NoKeywordVectorsError,
 )
+from ragkit.index.bm25 import SPARSE_NAME, SparseVector
 
-_SCHEMA = {"keyword": qm.PayloadSchemaType.KEYWORD, "integer": qm.PayloadSchemaType.INTEGER}
+_SCHEMA = {
+    "keyword": qm.PayloadSchemaType.KEYWORD,
+    "integer": qm.PayloadSchemaType.INTEGER,
+    "datetime": qm.PayloadSchemaType.DATETIME,
+}
 
 
 class QdrantServerIndex:
@@ -43,6 +50,7 @@ class QdrantServerIndex:
         try:
             if client.collection_exists(collection):
                 info = client.get_collection(collection)
+                self.keyword = SPARSE_NAME in (info.config.params.sparse_vectors or {})
                 vectors = info.config.params.vectors
                 size = vectors.size if isinstance(vectors, qm.VectorParams) else None
                 if size != dimension:
@@ -54,8 +62,12 @@ class QdrantServerIndex:
                 client.create_collection(
                     collection,
                     vectors_config=qm.VectorParams(size=dimension, distance=qm.Distance.COSINE),
+                    sparse_vectors_config={
+                        SPARSE_NAME: qm.SparseVectorParams(modifier=qm.Modifier.IDF)
+                    },
                     hnsw_config=qm.HnswConfigDiff(m=hnsw_m, ef_construct=hnsw_ef_construct),
                 )
+                self.keyword = True
                 for name, kind in PAYLOAD_INDEXES.items():
                     client.create_payload_index(collection, name, field_schema=_SCHEMA[kind])
         except IndexConfigError:
@@ -76,7 +88,7 @@ class QdrantServerIndex:
         self.client.upsert(
             self.collection,
             points=[
-                qm.PointStruct(id=str(p.id), vector=list(p.vector), payload=p.payload)
+                qm.PointStruct(id=str(p.id), vector=self._vectors(p), payload=p.payload)
                 for p in points
             ],
             wait=True,
@@ -113,6 +125,95 @@ class QdrantServerIndex:
             raise IndexConfigError(
                 f"vector has {len(vector)} dimensions, index has {self.dimension}"
             )
+        response = self.client.query_points(
+            self.collection,
+            query=list(vector),
+            query_filter=self._filter(where),
+            limit=limit,
+            with_payload=True,
+            search_params=qm.SearchParams(hnsw_ef=max(self._ef_search, limit)),
+        )
+        return _hits(response.points)
+
+    def _vectors(self, point: IndexPoint) -> Any:
+        if not self.keyword:
+            return list(point.vector)
+        vectors: dict[str, Any] = {"": list(point.vector)}
+        if point.sparse is not None:
+            vectors[SPARSE_NAME] = _server_sparse(point.sparse)
+        return vectors
+
+    def _require_keyword(self) -> None:
+        if not self.keyword:
+            raise NoKeywordVectorsError(
+                f"Qdrant collection {self.collection!r} holds no BM25 vectors (created before "
+                "them): `durable-rag rebuild` builds one that does"
+            )
+
+    def search_keyword(self, query: SparseVector, limit: int, where: IndexFilter) -> list[IndexHit]:
+        self._require_keyword()
+        if not query.indices:
+            return []
+        response = self.client.query_points(
+            self.collection,
+            query=_server_sparse(query),
+            using=SPARSE_NAME,
+            query_filter=self._filter(where),
+            limit=limit,
+            with_payload=True,
+        )
+        return _hits(response.points)
+
+    def search_fused(
+        self,
+        vector: Sequence[float],
+        query: SparseVector,
+        limit: int,
+        candidates: int,
+        where: IndexFilter,
+        fusion: Fusion,
+    ) -> list[IndexHit]:
+        if len(vector) != self.dimension:
+            raise IndexConfigError(
+                f"vector has {len(vector)} dimensions, index has {self.dimension}"
+            )
+        self._require_keyword()
+        where_filter = self._filter(where)
+        prefetch = [
+            qm.Prefetch(
+                query=list(vector),
+                filter=where_filter,
+                limit=candidates,
+                params=qm.SearchParams(hnsw_ef=max(self._ef_search, candidates)),
+            )
+        ]
+        if query.indices:
+            prefetch.append(
+                qm.Prefetch(
+                    query=_server_sparse(query),
+                    using=SPARSE_NAME,
+                    filter=where_filter,
+                    limit=candidates,
+                )
+            )
+        weights = list(fusion.weights) if fusion.weights and len(prefetch) == 2 else None
+        method: Any = (
+            qm.RrfQuery(rrf=qm.Rrf(k=fusion.k, weights=weights))
+            if fusion.method == "rrf"
+            else qm.FusionQuery(fusion=qm.Fusion.DBSF)
+        )
+        response = self.client.query_points(
+            self.collection,
+            prefetch=prefetch,
+            query=method,
+            query_filter=where_filter,
+            limit=limit,
+            with_payload=True,
+        )
+        return _hits(response.points)
+
+    @staticmethod
+    def _filter(where: IndexFilter) -> qm.Filter:
         must: list[Any] = [qm.FieldCondition(key="tenant", match=qm.MatchValue(value=where.tenant))]
         if where.document_ids:
             must.append(
@@ -120,18 +221,12 @@ class QdrantServerIndex:
                     key="document_id", match=qm.MatchAny(any=[str(d) for d in where.document_ids])
                 )
             )
-        response = self.client.query_points(
-            self.collection,
-            query=list(vector),
-            query_filter=qm.Filter(must=must),
-            limit=limit,
-            with_payload=True,
-            search_params=qm.SearchParams(hnsw_ef=max(self._ef_search, limit)),
-        )
-        return [
-            IndexHit(uuid.UUID(str(p.id)), float(p.score), dict(p.payload or {}))
-            for p in response.points
-        ]
+        for key, lower, upper in where.ranges():
+            bounds = qm.DatetimeRange.model_validate({"gte": lower, "lte": upper})
+            must.append(qm.FieldCondition(key=key, range=bounds))
+        for name, value in sorted(where.metadata.items()):
+            must.append(qm.FieldCondition(key=f"meta.{name}", match=qm.MatchValue(value=value)))
+        return qm.Filter(must=must)
 
     @staticmethod
     def _tenant_filter(tenant: str | None) -> qm.Filter | None:
@@ -182,3 +277,11 @@ class QdrantServerIndex:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _server_sparse(vector: SparseVector) -> qm.SparseVector:
+    return qm.SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
+def _hits(points: Sequence[Any]) -> list[IndexHit]:
+    return [IndexHit(uuid.UUID(str(p.id)), float(p.score), dict(p.payload or {})) for p in points]

@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ragkit import failpoints
-from ragkit.index.base import IndexConfigError, IndexFilter, IndexHit, IndexUnavailableError
+from ragkit.index.base import (
+    Fusion,
+    IndexConfigError,
+    IndexFilter,
+    IndexHit,
+    IndexUnavailableError,
+    NoKeywordVectorsError,
+)
+from ragkit.index.bm25 import SparseVector
 from ragkit.metrics import STEP_SECONDS
 
 log = logging.getLogger(__name__)
@@ -40,6 +48,20 @@ class IndexReader(Protocol):
 
     def search(self, vector: Sequence[float], limit: int, where: IndexFilter) -> list[IndexHit]:
         """The `limit` nearest points within the filter, best first."""
+
+    def search_keyword(self, query: SparseVector, limit: int, where: IndexFilter) -> list[IndexHit]:
+        """BM25 in the index (VectorIndex.search_keyword)."""
+
+    def search_fused(
+        self,
+        vector: Sequence[float],
+        query: SparseVector,
+        limit: int,
+        candidates: int,
+        where: IndexFilter,
+        fusion: Fusion,
+    ) -> list[IndexHit]:
+        """Dense and BM25, fused in the index (VectorIndex.search_fused)."""
 
     def close(self) -> None:
         """Release connections."""
@@ -56,6 +78,21 @@ class ActiveReader:
     def search(self, vector: Sequence[float], limit: int, where: IndexFilter) -> list[IndexHit]:
         index = self.generations.active()
         return list(index.search(list(vector), limit, where))
+
+    def search_keyword(self, query: SparseVector, limit: int, where: IndexFilter) -> list[IndexHit]:
+        return list(self.generations.active().search_keyword(query, limit, where))
+
+    def search_fused(
+        self,
+        vector: Sequence[float],
+        query: SparseVector,
+        limit: int,
+        candidates: int,
+        where: IndexFilter,
+        fusion: Fusion,
+    ) -> list[IndexHit]:
+        index = self.generations.active()
+        return list(index.search_fused(list(vector), query, limit, candidates, where, fusion))
 
     def close(self) -> None:
         pass  # the generations belong to whoever opened them
@@ -113,12 +150,25 @@ class ReadServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                     f"the query was embedded with {request.get('model')!r}, the index worker "
                     f"embeds with {self.embedding_model!r}: both must use the same model"
                 )
-            where = IndexFilter(
-                tenant=request["tenant"],
-                document_ids=tuple(uuid.UUID(d) for d in request.get("document_ids", ())),
-            )
-            hits = self.reader.search(request["vector"], int(request["limit"]), where)
+            where = IndexFilter.from_json(request)
+            limit = int(request["limit"])
+            op = request.get("op", "dense")
+            if op == "keyword":
+                hits = self.reader.search_keyword(_sparse_of(request["sparse"]), limit, where)
+            elif op == "fused":
+                hits = self.reader.search_fused(
+                    request["vector"],
+                    _sparse_of(request["sparse"]),
+                    limit,
+                    int(request["candidates"]),
+                    where,
+                    _fusion_of(request["fusion"]),
+                )
+            else:
+                hits = self.reader.search(request["vector"], limit, where)
             return json.dumps({"hits": [[str(h.id), h.score] for h in hits]}).encode()
+        except NoKeywordVectorsError as exc:
+            return json.dumps({"error": str(exc), "kind": "no_keyword"}).encode()
         except IndexConfigError as exc:
             return json.dumps({"error": str(exc), "kind": "config"}).encode()
         except Exception as exc:
@@ -177,15 +227,34 @@ class ReadClient:
                 setattr(self._local, name, None)
 
     def search(self, vector: Sequence[float], limit: int, where: IndexFilter) -> list[IndexHit]:
-        request = json.dumps(
+        return self._ask({"op": "dense", "vector": list(vector), "limit": limit}, where)
+
+    def search_keyword(self, query: SparseVector, limit: int, where: IndexFilter) -> list[IndexHit]:
+        return self._ask({"op": "keyword", "sparse": _sparse_json(query), "limit": limit}, where)
+
+    def search_fused(
+        self,
+        vector: Sequence[float],
+        query: SparseVector,
+        limit: int,
+        candidates: int,
+        where: IndexFilter,
+        fusion: Fusion,
+    ) -> list[IndexHit]:
+        return self._ask(
             {
-                "model": self.embedding_model,
+                "op": "fused",
                 "vector": list(vector),
+                "sparse": _sparse_json(query),
                 "limit": limit,
-                "tenant": where.tenant,
-                "document_ids": [str(d) for d in where.document_ids],
-            }
-        ).encode()
+                "candidates": candidates,
+                "fusion": {"method": fusion.method, "k": fusion.k, "weights": fusion.weights},
+            },
+            where,
+        )
+
+    def _ask(self, search: dict[str, Any], where: IndexFilter) -> list[IndexHit]:
+        request = json.dumps({"model": self.embedding_model, **search, **where.to_json()}).encode()
         # A kept connection may have been closed by a restarted index worker: one fresh try.
         for attempt in (1, 2):
             stream = self._connection()
@@ -202,6 +271,8 @@ class ReadClient:
                     raise IndexUnavailableError(f"index read failed: {exc}") from exc
         answer = json.loads(line)
         if "error" in answer:
+            if answer.get("kind") == "no_keyword":
+                raise NoKeywordVectorsError(answer["error"])
             if answer.get("kind") == "config":
                 raise IndexConfigError(answer["error"])
             raise IndexUnavailableError(answer["error"])
@@ -209,3 +280,19 @@ class ReadClient:
 
     def close(self) -> None:
         self._drop()
+
+
+def _sparse_json(vector: SparseVector) -> list[list[Any]]:
+    return [list(vector.indices), list(vector.values)]
+
+
+def _sparse_of(data: list[list[Any]]) -> SparseVector:
+    indices, values = data
+    return SparseVector(tuple(int(i) for i in indices), tuple(float(v) for v in values))
+
+
+def _fusion_of(data: dict[str, Any]) -> Fusion:
+    weights = data.get("weights")
+    return Fusion(
+        method=data["method"], k=int(data["k"]), weights=tuple(weights) if weights else None
+    )

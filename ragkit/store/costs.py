@@ -86,13 +86,20 @@ def jaccard(a: set[str], b: set[str]) -> float:
     return 1.0 if not a and not b else len(a & b) / len(a | b)
 
 
-def shadow_report(session: Session, since: datetime) -> list[ShadowComparison]:
-    rows = session.execute(
+def shadow_report(
+    session: Session, since: datetime, tenant: str | None = None
+) -> list[ShadowComparison]:
+    """Candidate against live, per candidate; `tenant` keeps one tenant's pairs only (a shadow
+    run carries its live request's tenant, and the live row must be that tenant's too)."""
+    query = (
         select(ShadowRun, AnswerCostRow, TranscriptRow.output)
         .join(AnswerCostRow, AnswerCostRow.trace_id == ShadowRun.live_trace_id)
         .outerjoin(TranscriptRow, TranscriptRow.trace_id == ShadowRun.live_trace_id)
         .where(ShadowRun.created_at >= since)
-    ).all()
+    )
+    if tenant is not None:
+        query = query.where(ShadowRun.tenant == tenant, AnswerCostRow.tenant == tenant)
+    rows = session.execute(query).all()
     groups: dict[str, list[tuple[ShadowRun, AnswerCostRow, str | None]]] = {}
     for shadow, live, output in rows:
         groups.setdefault(f"{shadow.model} / {shadow.prompt_id} / {shadow.retrieval}", []).append(

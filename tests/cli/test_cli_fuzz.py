@@ -268,10 +268,13 @@ def test_costs_top(limit: str | None, days: str | None) -> None:
 
 
 @budget(25)
-@given(days=numbers(0, 3_650))
-def test_shadow_report(days: str) -> None:
-    assume(not parses(days, Annotated[float, Field(ge=0.01, le=3_650)]))
-    check_usage_error(["shadow", "report", "--days", days])
+@given(days=numbers(0, 3_650), tenant=tenants)
+def test_shadow_report(days: str, tenant: str | None) -> None:
+    assume(
+        not parses(days, Annotated[float, Field(ge=0.01, le=3_650)])
+        or (tenant and not valid(_Tenant, tenant=tenant))
+    )
+    check_usage_error(["shadow", "report", "--days", days, *option("--tenant", tenant)])
 
 
 @budget(40)

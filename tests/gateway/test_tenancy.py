@@ -45,6 +45,7 @@ OPERATIONS = [
     "feedback",
     "runs",
     "costs",
+    "shadow_report",
     "evaluate",
     "delete_conversation",
     "delete_document",
@@ -112,7 +113,16 @@ async def served(
     engine: VllmEngine,
     tenancy_data: Path,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, RagClient]]:
-    async with gateway(client, module_database, embedder, engine, tenancy_data) as pair:
+    # Every answer is shadowed (the candidate: keyword retrieval), so shadow rows exist to leak.
+    async with gateway(
+        client,
+        module_database,
+        embedder,
+        engine,
+        tenancy_data,
+        shadow_sample_rate=1.0,
+        shadow_retrieval_mode="keyword",
+    ) as pair:
         yield pair
 
 
@@ -216,6 +226,21 @@ class Run:
         answers = {total.key: total.answers for total in totals}
         expected = len(me.traces) + me.turns // 2 + me.evaluations  # a case is an answer
         assert answers.get(me.name, 0) == expected, (me.name, answers)
+
+    async def shadow_report(self, me: Tenant, other: Tenant) -> None:
+        """A tenant's shadow runs are of its own requests, and its shadow report pairs them with
+        its own live answers only. Shadow children finish in the background: count what is in."""
+        rows = self.database.rows(
+            "SELECT s.live_trace_id, c.tenant FROM shadow_runs s "
+            "LEFT JOIN answer_costs c ON c.trace_id = s.live_trace_id WHERE s.tenant = %s",
+            me.name,
+        )
+        assert all(trace not in other.traces for trace, _ in rows), rows
+        assert all(owner in (me.name, None) for _, owner in rows), rows
+        with self.database.sessions() as session:
+            report = cost_reports.shadow_report(session, cost_reports.since_days(1), me.name)
+        paired = sum(row.pairs for row in report)
+        assert paired == sum(owner == me.name for _, owner in rows), (report, rows)
 
     async def evaluate(self, me: Tenant, other: Tenant) -> None:
         """An evaluation run for a tenant asks over its documents only, and its report is kept

@@ -150,3 +150,56 @@ def test_pdf_text_is_extracted_under_page_headings() -> None:
     assert doc.title == "otters"
     assert "Sea otters hold hands" in doc.text
     assert all(b.heading_path == ("page 1",) for b in doc.blocks)
+
+
+# Nothing a user writes is dropped (issue 18): a file whose title is all it says is its own body.
+SHORT_FILES = [
+    ("text", b"Fort James is a fort in Accra, Ghana.", "Fort James is a fort in Accra, Ghana."),
+    ("text", b"otters\n", "otters"),
+    ("text", b"\n\nA title only\n\n\n", "A title only"),
+    ("markdown", b"Fort James is a fort in Accra, Ghana.", "Fort James is a fort in Accra, Ghana."),
+    ("markdown", b"otters", "otters"),
+    ("markdown", b"# A title only\n", "A title only"),
+    ("markdown", b"A title only\n============\n", "A title only"),
+    (
+        "html",
+        b"<p>Fort James is a fort in Accra, Ghana.</p>",
+        "Fort James is a fort in Accra, Ghana.",
+    ),
+    ("html", b"otters", "otters"),
+    ("html", b"<html><head><title>A title only</title></head><body></body></html>", "A title only"),
+    ("html", b"<h1>A title only</h1>", "A title only"),
+    (
+        "pdf",
+        minimal_pdf(["Fort James is a fort in Accra, Ghana."]),
+        "Fort James is a fort in Accra",
+    ),
+    ("pdf", minimal_pdf(["otters"]), "otters"),
+]
+
+
+@pytest.mark.parametrize(("content_type", "data", "said"), SHORT_FILES)
+def test_a_file_that_says_one_thing_keeps_it_as_body(
+    content_type: str, data: bytes, said: str
+) -> None:
+    doc = parsing.parse(data, content_type, "fallback")
+    body = [doc.text[b.start : b.end] for b in doc.blocks]
+    assert any(said in text for text in body), (doc.title, body)
+    # The one block is not filed under itself as a heading: its chunk would say it twice.
+    assert all(said not in " ".join(b.heading_path) for b in doc.blocks), blocks_text(doc)
+
+
+def test_headings_only_are_the_body_in_one_section() -> None:
+    """An outline is its headings; one section, so 20,000 of them pack into few chunks."""
+    doc = parsing.parse(b"# Ghana\n\n## Forts\n\n### Fort James\n", "markdown", "f")
+    assert doc.title == "Ghana"
+    assert blocks_text(doc) == [((), "Ghana"), ((), "Forts"), ((), "Fort James")]
+    html = parsing.parse(b"<title>T</title><h1>Ghana</h1><h2>Forts</h2>", "html", "f")
+    assert html.title == "T"
+    assert blocks_text(html) == [((), "Ghana"), ((), "Forts")]
+
+
+def test_a_title_line_over_a_body_still_leaves_the_body() -> None:
+    doc = parsing.parse(b"Fort James\n\nA fort in Accra.\n", "text", "f")
+    assert doc.title == "Fort James"
+    assert blocks_text(doc) == [(("Fort James",), "A fort in Accra.")]

@@ -252,3 +252,27 @@ def test_chunks_of_any_parsed_document_are_exact_slices_within_budget(
         assert any(c.char_start < block.end and block.start < c.char_end for c in chunks), (
             f"block {block} is in no chunk"
         )
+
+
+@pytest.mark.parametrize("content_type", ["markdown", "text"])
+@budget(200)
+@given(
+    text=st.text(
+        alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), min_size=1
+    )
+)
+def test_a_file_with_any_visible_character_is_never_refused_as_empty(
+    content_type: str, text: str
+) -> None:
+    """Text and Markdown say everything they hold: whatever is written, a heading included,
+    lands in some block (HTML may hold only a script, a PDF only images)."""
+    decoded = text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
+    if not decoded.strip():
+        return
+    doc = parsing.parse(text.encode(), content_type, "f")
+    body = "".join(doc.text[b.start : b.end] for b in doc.blocks)
+    assert body.strip(), (text, blocks_text_of(doc))
+
+
+def blocks_text_of(doc: ParsedDocument) -> list[tuple[tuple[str, ...], str]]:
+    return [(b.heading_path, doc.text[b.start : b.end]) for b in doc.blocks]

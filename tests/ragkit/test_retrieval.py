@@ -34,6 +34,18 @@ def test_rrf_and_one_sided_inputs() -> None:
     assert fuse([], [], "zscore") == []
 
 
+def test_dbsf_normalises_each_side_by_its_spread_as_qdrant_does() -> None:
+    """Distribution-based score fusion: each side mapped to [0, 1] between mean - 3 sd and
+    mean + 3 sd, then summed; the same ranking Qdrant's DBSF gives (tests/ragkit/index)."""
+    dense = [Scored("a", 0.9), Scored("b", 0.8), Scored("c", 0.1)]
+    keyword = [Scored("b", 5.0), Scored("d", 1.0)]
+    fused = fuse(dense, keyword, "dbsf", 1.0, 1.0)
+    assert [s.key for s in fused][:1] == ["b"]  # on both sides
+    assert all(0 <= s.score <= 2 for s in fused) and {s.key for s in fused} == {"a", "b", "c", "d"}
+    # One score on a side (no spread) counts as the middle of the range.
+    assert fuse([Scored("x", 3.0)], [], "dbsf", 1.0, 1.0) == [Scored("x", 0.5)]
+
+
 def test_fusion_order_is_deterministic_on_ties() -> None:
     dense = [Scored("b", 1.0), Scored("a", 1.0)]
     assert [s.key for s in fuse(dense, [], "zscore")] == ["a", "b"]

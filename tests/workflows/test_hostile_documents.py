@@ -51,7 +51,7 @@ REFUSED: dict[str, tuple[bytes, str, str]] = {
     "program.txt": (b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x02\x00>\x00", "invalid_utf8", "NUL"),
     "latin1.txt": ("caf\xe9 cr\xe8me".encode("latin-1"), "invalid_utf8", "at byte 3"),
     "huge-line.txt": (b"word " * 1_000_000, "too_large", "over the limit"),
-    "only-headings.md": (b"# a\n## b\n" * 10_000, "empty", "no text"),
+    "only-script.html": (b"<script>track()</script>" * 10_000, "empty", "no text"),
     "fake.pdf": (b"%PDF-1.7\n" + bytes(range(256)) * 40, "parse_error", "cannot read PDF"),
 }  # fmt: skip
 # Hostile-looking, but parseable: each is ingested like any document. (Nesting is 1000 deep,
@@ -68,6 +68,9 @@ PARSEABLE = {
     "poem.html": b"<p>The owl calls at dusk.<br>" + b"Hoot.<br>" * 300 + b"</p>",
     "entities.html": b"<p>Ampersands: " + b"&amp; " * 500 + b"</p>",
     "one-long-word.txt": b"z" * 200_000,
+    # An outline: its headings are its text (refused as empty before).
+    "only-headings.md": b"# Gannets\n## Plunge diving\n" * 200,
+    "one-line.txt": b"Fort James is a fort in Accra, Ghana.",
     # 512 tokens of 2 KB words: its chunk's tsvector passed Postgres' 1 MB limit, and the insert
     # failed the whole batch as stage_failed.
     "long-words.md": b"# "

@@ -11,8 +11,10 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import qdrant_edge as qe
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -31,11 +33,12 @@ from schemas.rebuild import (
     VerifyInput,
     VerifyOutput,
 )
-from tests.conftest import Database, Stack, make_settings
+from tests.conftest import Database, Stack, make_settings, running_stack
 from tests.workflows.conftest import start_time_skipping
 from tests.workflows.test_compaction import FIRST, LATER, copy
 from tests.workflows.test_ingest import save_history
 from tests.workflows.test_ingest_faults import worker_env
+from tests.workflows.test_search import local_activities
 from workflows.calls import PolicyTableInterceptor
 from workflows.rebuild import RebuildIndexWorkflow
 
@@ -223,3 +226,41 @@ async def test_the_old_generation_is_dropped_only_after_the_grace_period() -> No
         report = await handle.result()
         assert stand_in.calls[-1] == "drop chunks"
         assert report.active == "chunks-g2" and report.dropped_previous
+
+
+async def test_a_rebuild_gives_an_index_from_before_bm25_its_keyword_vectors(
+    client: Client, database: Database, embedder: Any, tmp_path: Path
+) -> None:
+    """Issue 18: a generation created before BM25 serves hybrid searches with Postgres ranking
+    the keywords; a rebuild (no downtime) makes one with BM25 vectors, and then a hybrid search
+    is one index query."""
+    data = tmp_path / "data"
+    old = make_settings(data_dir=data, qdrant_collection="chunks").index_path / "chunks"
+    old.mkdir(parents=True)
+    qe.EdgeShard.create(
+        str(old),
+        qe.EdgeConfig(
+            vectors=qe.EdgeVectorParams(size=embedder.dimension, distance=qe.Distance.Cosine)
+        ),
+    ).close()
+    async with running_stack(client, database, embedder, data) as stack:
+        assert not stack.index.keyword
+        rag = RagClient(stack.client, stack.settings.model_copy(update={"rebuild_batch_size": 8}))
+        assert not (await rag.ingest([str(copy(FIRST, tmp_path / "first"))], tenant="t")).failures
+        question = "Why do tides rise and fall?"
+        before = await rag.search(question, "t", top_k=3)
+        assert before.retrieval == "hybrid" and not before.degradations
+        assert "tides" in before.passages[0].source
+        assert await local_activities(client, before.trace_id) == [
+            "search_vectors",
+            "keyword_search",
+            "hydrate_hits",
+        ]
+        report = await (await rag.start_rebuild(grace_seconds=1)).result()
+        assert report.active != "chunks" and report.dropped_previous
+        after = await rag.search(question, "t", top_k=3)
+        assert after.retrieval == "hybrid" and not after.degradations
+        assert "tides" in after.passages[0].source
+        assert await local_activities(client, after.trace_id) == ["search_vectors", "hydrate_hits"]
+        keyword = await rag.search("tides moon", "t", top_k=3, mode="keyword")
+        assert "tides" in keyword.passages[0].source and not keyword.degradations

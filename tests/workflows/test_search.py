@@ -4,14 +4,16 @@ degrades none of them (issue 16's "a search run during an ingest is not degraded
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from tests.conftest import Stack
-from tests.workflows.test_ingest import build_corpus
+from ragkit.embedding import Embedder
+from tests.conftest import Database, Stack, running_stack
+from tests.workflows.test_ingest import build_corpus, save_history
 
 pytestmark = pytest.mark.integration
 
@@ -55,3 +57,65 @@ async def test_a_search_during_an_ingest_is_not_degraded_and_crosses_no_task_que
         assert found.retrieval == "hybrid" and not found.degradations, found.degradations
         assert found.passages[0].source.endswith("great-fire-of-london.md"), found.passages[0]
     assert await remote_dispatches(stack.client, during[-1].trace_id) == 0
+
+
+async def local_activities(client: Client, workflow_id: str) -> list[str]:
+    """The local activities a run recorded, in order (their markers name them)."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    found = []
+    for event in history.events:
+        if not event.HasField("marker_recorded_event_attributes"):
+            continue
+        marker = event.marker_recorded_event_attributes
+        data = marker.details.get("data")
+        if marker.marker_name == "core_local_activity" and data is not None and data.payloads:
+            found.append(json.loads(data.payloads[0].data)["activity_type"])
+    return found
+
+
+@pytest.mark.parametrize("fusion", ["dbsf", "zscore"])
+async def test_hybrid_with_bm25_is_one_index_call_and_postgres_is_its_fallback(
+    client: Client, database: Database, embedder: Embedder, tmp_path: Path, fusion: str
+) -> None:
+    """Issue 18: BM25 ranks keywords in the index, fused there (dbsf: one query) or here
+    (zscore); Postgres full text runs only when the index fails (R9)."""
+    build_corpus(tmp_path / "corpus", minimum=1)
+    async with running_stack(
+        client, database, embedder, tmp_path / "data", fusion_method=fusion
+    ) as stack:
+        rag = await stack.rag()
+        assert not (await rag.ingest([str(tmp_path / "corpus")], tenant="t")).failures
+        question = "Where did the Great Fire of London begin?"
+        for mode in ("hybrid", "keyword"):
+            found = await rag.search(question, tenant="t", top_k=3, mode=mode)
+            assert found.passages[0].source.endswith("great-fire-of-london.md"), found.passages
+            assert not found.degradations
+            assert found.retrieval == ("hybrid" if mode == "hybrid" else "keyword_only")
+            # One index call, then hydration: no Postgres keyword search, no task queue.
+            assert await local_activities(client, found.trace_id) == [
+                "search_vectors",
+                "hydrate_hits",
+            ]
+            assert await remote_dispatches(client, found.trace_id) == 0
+            if mode == "hybrid":
+                await save_history(client, found.trace_id, f"search-bm25-{fusion}")
+    # The index gone (nobody serves its read socket): Postgres full text serves alone.
+    async with running_stack(
+        client,
+        database,
+        embedder,
+        tmp_path / "data",
+        with_index_worker=False,
+        fusion_method=fusion,
+        activity_policies={"search_vectors": {"schedule_to_close_seconds": 2}},
+    ) as stack:
+        rag = await stack.rag()
+        found = await rag.search(question, tenant="t", top_k=3)
+        assert found.retrieval == "keyword_only", found
+        assert any("Postgres full-text search served alone" in d for d in found.degradations)
+        assert found.passages[0].source.endswith("great-fire-of-london.md")
+        assert await local_activities(client, found.trace_id) == [
+            "search_vectors",
+            "keyword_search",
+            "hydrate_hits",
+        ]

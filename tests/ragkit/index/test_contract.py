@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 import pytest
+import qdrant_edge as qe
 from qdrant_client import QdrantClient
+from qdrant_client import models as qm
 
-from ragkit.index import IndexConfigError, IndexFilter, IndexPoint, VectorIndex
+from ragkit.index import IndexConfigError, IndexFilter, IndexHit, IndexPoint, VectorIndex
+from ragkit.index.base import Fusion
+from ragkit.index.bm25 import Bm25Encoder
 from ragkit.index.edge import EdgeIndex
 from ragkit.index.qdrant import QdrantServerIndex
 
@@ -87,6 +92,55 @@ def test_search_can_narrow_to_documents(index: VectorIndex) -> None:
     assert {h.id for h in hits} == {point(1).id, point(3).id}
 
 
+DAY = [datetime(2026, 11, d, 12, tzinfo=UTC) for d in range(1, 8)]
+
+
+def dated(seed: int, created: int, updated: int, **meta: str) -> IndexPoint:
+    """A point as `_points` writes it: the document's first ingest, its version's, its pairs."""
+    base = point(seed)
+    return IndexPoint(
+        base.id,
+        base.vector,
+        base.payload
+        | {
+            "created_at": DAY[created].isoformat(),
+            "updated_at": DAY[updated].isoformat(),
+            "meta": meta,
+        },
+    )
+
+
+def test_search_filters_by_time_range_and_metadata(index: VectorIndex) -> None:
+    """R20: bounds are inclusive, both kinds of time, pairs must all match; the same answers
+    from both adapters."""
+    index.upsert(
+        [
+            dated(1, created=0, updated=0, lang="en", team="a"),
+            dated(2, created=0, updated=4, lang="fr", team="a"),
+            dated(3, created=2, updated=2, lang="en", team="b"),
+            dated(4, created=5, updated=6, lang="en"),
+        ]
+    )
+
+    def found(**bounds: object) -> set[int]:
+        hits = index.search(vec(1), 10, IndexFilter(tenant="t1", **bounds))  # type: ignore[arg-type]
+        return {seed for seed in range(1, 5) if point(seed).id in {h.id for h in hits}}
+
+    assert found() == {1, 2, 3, 4}
+    assert found(updated_after=DAY[2]) == {2, 3, 4}  # inclusive
+    assert found(updated_before=DAY[2]) == {1, 3}
+    assert found(updated_after=DAY[1], updated_before=DAY[4]) == {2, 3}
+    assert found(created_after=DAY[0], created_before=DAY[0]) == {1, 2}
+    assert found(created_before=DAY[2], updated_after=DAY[3]) == {2}
+    assert found(metadata={"lang": "en"}) == {1, 3, 4}
+    assert found(metadata={"lang": "en", "team": "a"}) == {1}
+    assert found(metadata={"team": "c"}) == set()
+    assert found(metadata={"lang": "en"}, created_after=DAY[1]) == {3, 4}
+    # Another timezone for the same instant is the same bound.
+    east = DAY[2].astimezone(timezone(timedelta(hours=9)))
+    assert found(updated_after=east) == {2, 3, 4}
+
+
 def test_delete_by_id(index: VectorIndex) -> None:
     index.upsert([point(i) for i in range(5)])
     index.delete([point(0).id, point(1).id])
@@ -155,3 +209,122 @@ def test_the_active_alias_moves_atomically_on_the_server(tmp_path: Path) -> None
     aliases = {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
     assert aliases == {"chunks-active": "chunks-g2"}
     client.close()
+
+
+# BM25 in the index (issue 18): one tokenizer for both adapters, IDF applied by the index.
+PASSAGES = [
+    "Peregrine falcons nest on high cliffs and dive faster than any other bird.",
+    "Grey herons wade in shallow rivers and stab fish with their bills.",
+    "The falcon falcon falcon is a bird.",
+    "Sea cliffs erode where waves break against soft rock.",
+    "A kestrel is a small falcon that hovers over fields.",
+    "Rivers carry sediment from the mountains down to the sea.",
+]
+
+
+def texts(index: VectorIndex, tenant: str = "t1") -> list[IndexPoint]:
+    encoder = Bm25Encoder()
+    points = [
+        IndexPoint(
+            id=uuid.uuid5(uuid.NAMESPACE_OID, f"{tenant}-passage{i}"),
+            vector=vec(100 + i),
+            payload={"tenant": tenant, "document_id": str(uuid.uuid4()), "version": 1, "i": i},
+            sparse=sparse,
+        )
+        for i, sparse in enumerate(encoder.documents(PASSAGES))
+    ]
+    index.upsert(points)
+    return points
+
+
+def ranked(hits: list[IndexHit]) -> list[tuple[int, float]]:
+    return [(int(h.payload["i"]), round(h.score, 4)) for h in hits]
+
+
+@pytest.fixture
+def both(tmp_path: Path) -> Iterator[tuple[VectorIndex, VectorIndex]]:
+    edge, server = open_adapter("edge", tmp_path), open_adapter("qdrant", tmp_path)
+    yield edge, server
+    edge.close()
+    server.close()
+
+
+def test_bm25_ranks_by_rare_terms_the_same_on_both_adapters(
+    both: tuple[VectorIndex, VectorIndex],
+) -> None:
+    encoder = Bm25Encoder()
+    results = []
+    for index in both:
+        assert index.keyword
+        texts(index)
+        texts(index, tenant="t2")  # another tenant's points: never returned, same IDF stats
+        hits = index.search_keyword(encoder.query("falcons on cliffs"), 10, IndexFilter("t1"))
+        assert {h.payload["tenant"] for h in hits} == {"t1"}
+        results.append(ranked(hits))
+        # "cliffs" is rarer than "falcon": the passage with both comes first; stemming
+        # matches "falcons" to "falcon"; a passage with neither term is not a hit.
+        assert [i for i, _ in results[-1]][:1] == [0]
+        assert {i for i, _ in results[-1]} == {0, 2, 3, 4}
+        assert index.search_keyword(encoder.query("the and of"), 10, IndexFilter("t1")) == []
+    assert results[0] == results[1], "the adapters disagree on BM25"
+
+
+@pytest.mark.parametrize(
+    "fusion", [Fusion("rrf", 60), Fusion("rrf", 60, (0.7, 0.3)), Fusion("dbsf")], ids=str
+)
+def test_fused_hybrid_is_one_query_and_the_same_on_both_adapters(
+    both: tuple[VectorIndex, VectorIndex], fusion: Fusion
+) -> None:
+    encoder = Bm25Encoder()
+    results = []
+    for index in both:
+        texts(index)
+        hits = index.search_fused(
+            vec(101), encoder.query("falcon cliffs"), 5, 6, IndexFilter("t1"), fusion
+        )
+        results.append(ranked(hits))
+        found = [i for i, _ in results[-1]]
+        # Dense's best (the query is passage 1's vector) and BM25's best (0) both make it.
+        assert len(found) == 5 and {0, 1} <= set(found)
+        # The filter holds inside both prefetches.
+        only = IndexFilter("t1", document_ids=(uuid.UUID(hits[-1].payload["document_id"]),))
+        narrowed = index.search_fused(vec(101), encoder.query("falcon"), 4, 6, only, fusion)
+        assert [h.id for h in narrowed] == [hits[-1].id]
+    assert results[0] == results[1], "the adapters disagree on fusion"
+
+
+@pytest.mark.parametrize("kind", ["edge", "qdrant"])
+def test_an_index_from_before_bm25_says_so_and_still_serves_dense(
+    kind: str, tmp_path: Path
+) -> None:
+    """A generation created before BM25 has no sparse vectors: keyword searches are a clear
+    configuration error (the caller falls back to Postgres), dense search works, and writes
+    carrying sparse vectors are taken without them; a rebuild makes a generation that has them."""
+    if kind == "edge":
+        path = tmp_path / "edge"
+        path.mkdir()
+        shard = qe.EdgeShard.create(
+            str(path),
+            qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)),
+        )
+        shard.close()
+    else:
+        client = QdrantClient(path=str(tmp_path / "qdrant-local"))
+        client.create_collection(
+            "chunks", vectors_config=qm.VectorParams(size=DIM, distance=qm.Distance.COSINE)
+        )
+        client.close()
+    old = open_adapter(kind, tmp_path)
+    try:
+        assert not old.keyword
+        texts(old)
+        assert old.count() == len(PASSAGES)
+        assert int(old.search(vec(103), 1, IndexFilter("t1"))[0].payload["i"]) == 3
+        with pytest.raises(IndexConfigError, match="rebuild"):
+            old.search_keyword(Bm25Encoder().query("falcon"), 3, IndexFilter("t1"))
+        with pytest.raises(IndexConfigError, match="rebuild"):
+            old.search_fused(
+                vec(1), Bm25Encoder().query("falcon"), 3, 6, IndexFilter("t1"), Fusion()
+            )
+    finally:
+        old.close()

@@ -6,14 +6,17 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from ragkit.index import IndexConfigError, IndexFilter, IndexUnavailableError
+from ragkit.index.base import Fusion
+from ragkit.index.bm25 import Bm25Encoder
 from ragkit.index.edge import EdgeIndex
 from ragkit.index.reads import ActiveReader, ReadClient, ReadServer
-from tests.ragkit.index.test_contract import DIM, open_adapter, point, vec
+from tests.ragkit.index.test_contract import DIM, open_adapter, point, texts, vec
 
 MODEL = "packaged:all-MiniLM-L6-v2"
 
@@ -57,6 +60,14 @@ def test_a_search_through_the_socket_is_the_index_search(
     documents = (uuid.uuid5(uuid.NAMESPACE_OID, "doc3"),)
     hits = client.search(vec(3), 5, IndexFilter(tenant="t1", document_ids=documents))
     assert [h.id for h in hits] == [uuid.uuid5(uuid.NAMESPACE_OID, "3")]
+    # Every field of the filter crosses the socket: no point has these times or pairs.
+    later = datetime(2100, 1, 1, tzinfo=UTC)
+    for where in (
+        IndexFilter(tenant="t1", created_after=later),
+        IndexFilter(tenant="t1", updated_after=later),
+        IndexFilter(tenant="t1", metadata={"lang": "en"}),
+    ):
+        assert client.search(vec(3), 5, where) == [] == index.search(vec(3), 5, where)
 
 
 def test_threads_share_one_client_and_each_gets_its_own_answer(
@@ -107,3 +118,22 @@ def test_no_index_worker_is_unavailable_and_a_restarted_one_is_found_again(
     client.close()
     index.close()
     assert len(vec(1)) == DIM
+
+
+def test_bm25_and_fused_searches_through_the_socket_are_the_index_searches(
+    served: tuple[EdgeIndex, ReadServer, ReadClient],
+) -> None:
+    index, _, client = served
+    texts(index)
+    encoder = Bm25Encoder()
+    where = IndexFilter(tenant="t1")
+    query = encoder.query("falcons on cliffs")
+    assert client.search_keyword(query, 5, where) and [
+        (h.id, round(h.score, 5)) for h in client.search_keyword(query, 5, where)
+    ] == [(h.id, round(h.score, 5)) for h in index.search_keyword(query, 5, where)]
+    for fusion in (Fusion("rrf", 60, (0.7, 0.3)), Fusion("dbsf")):
+        remote = client.search_fused(vec(101), query, 4, 10, where, fusion)
+        direct = index.search_fused(vec(101), query, 4, 10, where, fusion)
+        assert [(h.id, round(h.score, 5)) for h in remote] == [
+            (h.id, round(h.score, 5)) for h in direct
+        ]

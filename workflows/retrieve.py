@@ -196,7 +196,7 @@ async def _postgres_alone(
     except ActivityError as err:
         if is_cancellation(err):
             raise
-        degrade(degradations, "no_retrieval", f"keyword search failed too: {_why(err)}")
+        degrade(degradations, "vector_only", f"keyword search failed too: {_why(err)}")
         return Retrieved(fused=[], retrieval="none", degradations=degradations)
     return Retrieved(
         fused=[Scored(str(h.chunk_id), h.score) for h in keyword],

@@ -34,6 +34,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # A small window, so that a dozen short turns make the workflow summarize.
 WINDOW = {"conversation_history_tokens": 240, "conversation_summary_tokens": 96}
+# Small enough that six short exchanges overflow it whatever the replies say (ten turns of
+# 24-token replies came to 232 tokens once, under WINDOW's 240).
+TIGHT = {"conversation_history_tokens": 128, "conversation_summary_tokens": 64}
 QUESTIONS = [
     "Who designed the UTF-8 encoding?",
     "Where did the Great Fire of London begin?",
@@ -178,7 +181,7 @@ async def test_a_failing_summarizer_loses_no_turn_and_the_prompt_stays_in_budget
         engine,
         conversation_data,
         activity_policies={"summarize": {"schedule_to_start_seconds": 1}},
-        **WINDOW,
+        **TIGHT,
     ) as (_, rag, _model):
         # Nobody serves the summary model's queue: every summarization times out.
         rag.settings = rag.settings.model_copy(
@@ -196,7 +199,7 @@ async def test_a_failing_summarizer_loses_no_turn_and_the_prompt_stays_in_budget
 
     assert state.summary_failures >= 1 and state.summarized_through == -1
     assert_complete_and_ordered(stored, 6)
-    assert all(r.history_tokens <= WINDOW["conversation_history_tokens"] for r in replies)
+    assert all(r.history_tokens <= TIGHT["conversation_history_tokens"] for r in replies)
     assert replies[-1].history_dropped > 0, "the oldest turns should have been trimmed"
     assert any("left out of the prompt" in d for d in replies[-1].answer.degradations)
 

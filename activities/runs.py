@@ -44,21 +44,27 @@ class RunActivities:
                     non_retryable=True,
                 )
         deleted = kept = 0
+        skip = set(request.skip_runs)
         for n, workflow_id in enumerate(request.workflow_ids):
             activity.heartbeat(n)
             async for run in self.client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+                if run.run_id in skip:
+                    continue
                 if run.start_time > request.started_before:
                     kept += 1
                     continue
                 deleted += await self._forget(run, request.wait_for, request.wait_for_open)
         workflows = len(request.workflow_ids)
+        searches: list[str] = []
         if request.searches_of is not None:
-            found, removed = await self._forget_searches(request.searches_of, request)
-            workflows, deleted = workflows + found, deleted + removed
+            searches, removed = await self._forget_searches(request.searches_of, request, skip)
+            workflows, deleted = workflows + len(searches), deleted + removed
         if request.tenant:
             found, removed = await self._forget_tenant(request)
             workflows, deleted = workflows + found, deleted + removed
-        return ForgetRunsOutput(workflows=workflows, runs_deleted=deleted, runs_kept=kept)
+        return ForgetRunsOutput(
+            workflows=workflows, runs_deleted=deleted, runs_kept=kept, searches_deleted=searches
+        )
 
     @activity.defn
     async def wait_for_open_answers(self, request: OpenAnswersInput) -> None:
@@ -93,11 +99,12 @@ class RunActivities:
         return len({run.id for run in runs}), deleted
 
     async def _forget_searches(
-        self, document: DocumentRef, request: ForgetRunsInput
-    ) -> tuple[int, int]:
+        self, document: DocumentRef, request: ForgetRunsInput, skip: set[str]
+    ) -> tuple[list[str], int]:
         """The tenant's search runs whose result returned a passage of `document`: a search
         keeps no record in Postgres, so its result (decoded with this client's converter, the
-        codec included) is read to tell. Open or failed searches returned nothing."""
+        codec included) is read to tell. Open or failed searches returned nothing. Returns the
+        run ids found (for a later pass's `skip_runs`) and how many this call deleted."""
         stamp = _visibility_time(request.started_before)
         query = (
             f"WorkflowType = '{SEARCH_WORKFLOW}' AND ExecutionStatus = 'Completed' "
@@ -106,7 +113,7 @@ class RunActivities:
         found: list[WorkflowExecution] = []
         async for run in self.client.list_workflows(query, page_size=500):
             activity.heartbeat(f"searches read {len(found)}")
-            if not await _names_tenant(run, document.tenant):
+            if run.run_id in skip or not await _names_tenant(run, document.tenant):
                 continue
             handle = self.client.get_workflow_handle(
                 run.id, run_id=run.run_id, result_type=SearchResponse
@@ -120,7 +127,7 @@ class RunActivities:
         deleted = 0
         for run in found:
             deleted += await self._forget(run, request.wait_for, request.wait_for_open)
-        return len(found), deleted
+        return [run.run_id for run in found], deleted
 
     async def _forget(self, run: WorkflowExecution, wait_for: str, wait: bool = False) -> int:
         """Delete one run, terminating it first if it is open (except `wait_for`, or any with

@@ -181,14 +181,19 @@ def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     vectors = results.get("vector_search", {})
     for row in vectors.get("rows", []):
         p99 = row.get("p99_ms", math.nan)
+        chunks = f"{row.get('size', '?'):,} chunks" + (
+            ", one tenant" if row.get("tenants") == 1 else ""
+        )
+        during = row.get("state") == "during optimize"
         rows.append({
-            "figure": f"vector search P99 (ms), {row.get('size', '?'):,} chunks, "
-                      f"{row.get('state', '')}, filter {row.get('filter', '')}",
+            "figure": f"vector search P99 (ms), {chunks}, {row.get('state', '')}, "
+                      f"filter {row.get('filter', '')}"
+                      + (f", {row.get('degraded', '?')} degraded" if during else ""),
             "plain-loop baseline": "",
             "durable-rag": p99,
-            "ratio": p99 / 50.0,
-            "target": "P99 < 50 ms (ratio < 1)",
-            "met": p99 < 50.0,
+            "ratio": row["p99_ratio_to_idle"] if during else p99 / 50.0,
+            "target": row.get("target", "P99 < 50 ms (ratio < 1)"),
+            "met": row.get("target_met", p99 < 50.0),
         })  # fmt: skip
     soak = results.get("soak", {})
     if soak.get("windows"):

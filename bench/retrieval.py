@@ -1,6 +1,7 @@
 """Retrieval quality on a labelled set: dense vs keyword vs hybrid, plus a fusion sweep.
 
     .venv/bin/python bench/retrieval.py [--sets stdlib,lexers] [--sweep] [--json FILE]
+        [--chunk-tokens N]
 
 Ingests the set's passages through IngestWorkflow into a fresh embedded stack (Postgres and the
 Temporal dev server on free ports, the packaged MiniLM, Qdrant Edge with BM25 vectors), then runs
@@ -8,7 +9,8 @@ every question through SearchWorkflow in each mode, as before issue 18 (Postgres
 z-scores) and with the defaults, and prints hit@1, hit@5 and MRR@10. The `(index)` and
 `(workflow)` rows call the index as the live path does (BM25 alone; dense and BM25 fused in the
 index by RRF or DBSF; or fused in workflow code by z-scores). `--sweep` adds more weights and
-fusion parameters, to choose the settings from figures.
+fusion parameters, to choose the settings from figures. `--chunk-tokens` ingests with another
+chunk budget (default: the setting's, 512), to compare chunk sizes run against run.
 """
 
 from __future__ import annotations
@@ -115,11 +117,14 @@ def index_rankings(
     return found
 
 
-async def main_async(set_names: list[str], sweep: bool, json_path: Path | None = None) -> None:
+async def main_async(
+    set_names: list[str], sweep: bool, json_path: Path | None = None, chunk_tokens: int = 0
+) -> None:
     """Every set on one stack (a tenant each), every mode, in one run."""
     figures: list[dict[str, Any]] = []
     counts: dict[str, tuple[int, int, float]] = {}
-    async with bench_services("retrieval") as (work, settings):
+    overrides = {"chunk_tokens": chunk_tokens} if chunk_tokens else {}
+    async with bench_services("retrieval", **overrides) as (work, settings):
         embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding.batch_size)
         index = open_index(settings, embedder.dimension)
         sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
@@ -140,7 +145,11 @@ async def main_async(set_names: list[str], sweep: bool, json_path: Path | None =
                     counts[set_name] = (len(questions), passages, time.perf_counter() - started)
                     results = await modes_of(client, settings, questions, tenant)
                     results |= index_rankings(index, embedder, settings, questions, tenant, sweep)
-                    print(f"\nset '{set_name}': {len(questions)} questions, {passages} passages")
+                    print(
+                        f"\nset '{set_name}': {len(questions)} questions, {passages} passages, "
+                        f"{index.count(tenant)} chunks of up to {settings.ingest.chunk_tokens} "
+                        "tokens"
+                    )
                     print(table(results))
                     figures += [
                         {"set": set_name, "retrieval": label, "hit@1": s.hit_at_1,
@@ -199,9 +208,12 @@ def main() -> None:
     parser.add_argument("--sets", default="stdlib,lexers", help="comma-separated set names")
     parser.add_argument("--sweep", action="store_true", help="also try other fusion settings")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--chunk-tokens", type=int, default=0, help="chunk budget to ingest with (0: the setting)"
+    )
     args = parser.parse_args()
     names = [n.strip() for n in args.sets.split(",") if n.strip()]
-    asyncio.run(main_async(names, args.sweep, args.json))
+    asyncio.run(main_async(names, args.sweep, args.json, args.chunk_tokens))
 
 
 if __name__ == "__main__":

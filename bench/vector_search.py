@@ -1,8 +1,8 @@
 """Vector search latency on the embedded index (Qdrant Edge), with filters, at 10k and 100k chunks.
 
     .venv/bin/python bench/vector_search.py [--sizes 10000,100000] [--queries 500] [--json PATH]
-        [--tenants 10] [--documents-per-filter 10] [--batch 1000] [--ingest-batch 64]
-        [--no-embedding]
+        [--tenants 10] [--one-tenant-size 100000] [--documents-per-filter 10] [--batch 1000]
+        [--ingest-batch 64] [--no-embedding]
 
 For each size a fresh index is opened through `open_index` (Qdrant Edge in a scratch folder,
 384 dimensions like MiniLM, the project's HNSW settings) and N synthetic chunk points are upserted
@@ -28,17 +28,27 @@ the packaged MiniLM is timed apart, so the table can put embedding time beside s
 Searches go through `VectorIndex.search`, the call `dense_search` makes, with its `IndexFilter`
 and its limit (`retrieval_candidates`): (a) the query's tenant only; (b) the tenant and
 `--documents-per-filter` of its documents (`document_ids`, as a search scoped to some documents).
-Each filter is measured in two states of the index:
-- as ingested: Qdrant Edge runs no optimizer on its own, so upserted points stay in a plain
-  (appendable) segment and a filtered search scores every point the filter matches, found through
-  the payload index; this is the index between two compactions (`optimize_index`, nightly);
+Each filter is measured in these states of the index:
+- as ingested: the adapter builds the HNSW graph in a background child process every
+  `optimize_after_points` upserted points (ragkit/index/edge.py); the row is measured once the
+  build the last upsert made due has finished (`build wait s`: how long after the last upsert),
+  with the points that arrived since still in a plain segment, scored exactly;
+- before optimize: the last 5% of points upserted again (documents ingested anew), under the
+  background threshold, so the optimize that follows has a segment to index and segments to
+  merge;
+- during optimize: searches back to back (5 ms apart) while `optimize()` builds on a copy in a
+  child process and switches; compared with "before optimize" (target: P99 <= 2x, and no search
+  degraded: none failed or took longer than search_vectors' timeout, after which the live path
+  answers keyword-only);
 - after `optimize()`: the HNSW graph is built; a filter matching more than `full_scan_threshold`
-  (10 MB of vectors, ~6.6k points) searches the graph, a narrower one still scores exactly. The
-  first pass after it ("just optimized", tenant filter) reads the new segment's files cold; it is
-  reported apart from the steady state.
+  (10 MB of vectors, ~6.6k points) of a segment searches the graph, a narrower one still scores
+  exactly. The first pass after it ("just optimized", tenant filter) is reported apart from the
+  steady state.
+The same again for `--one-tenant-size` points in one tenant (target: P99 <= 10 ms as ingested).
 Latency excludes a warm-up of 50 other queries. recall@10 compares the first 10 hits with exact numpy
 search under the same filter, on the first 50 queries. The optimize step also reports the longest
-time a pure-Python thread could not run meanwhile (the binding holds the GIL).
+time a pure-Python thread could not run meanwhile (the binding holds the GIL while it loads a
+shard; the build itself runs in the child).
 
 Prints a machine line and a table (target: P99 < 50 ms, requirement R3); `--json PATH` writes the
 same figures for BENCHMARKS.md. Scratch folders are removed at the end.
@@ -73,6 +83,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 from bench.report import machine as host  # noqa: E402
 from ragkit import ids  # noqa: E402
 from ragkit.index import IndexFilter, IndexPoint, VectorIndex, open_index  # noqa: E402
+from ragkit.policies import PolicyTable  # noqa: E402
 from ragkit.settings import PACKAGED_MINILM, Settings  # noqa: E402
 
 DIMENSION = 384
@@ -86,6 +97,10 @@ INGEST_BATCHES = 50  # upserts timed at the ingest batch size
 RECALL_SAMPLE = 50
 RECALL_K = 10
 TARGET_P99_MS = 50.0
+ONE_TENANT_P99_MS = 10.0  # issue 18: 100k chunks in one tenant, as ingested
+# search_vectors' start-to-close in the policy table: a read slower than this is retried, then
+# the live path falls back to keyword search (degraded).
+READ_TIMEOUT_S = PolicyTable.declared().policy_for("search_vectors").start_to_close.total_seconds()
 SEED = 20240609
 
 WORDS = (
@@ -275,9 +290,16 @@ def shard_info(index: VectorIndex) -> dict[str, int]:
     }
 
 
-def timed_optimize(index: VectorIndex) -> tuple[float, float]:
-    """(seconds, longest stretch a Python thread that wakes every 10 ms could not run)."""
+def timed_optimize(
+    index: VectorIndex, queries: list[Query], limit: int
+) -> tuple[float, float, dict[str, Any]]:
+    """(seconds, longest stretch a Python thread that wakes every 10 ms could not run, the
+    searches run back to back meanwhile: their latency and how many were degraded, that is
+    failed or took longer than the read socket's timeout, after which the live path falls back
+    to keyword search)."""
     gaps: list[float] = []
+    latencies: list[float] = []
+    degraded = 0
     stop = threading.Event()
 
     def tick() -> None:
@@ -288,27 +310,67 @@ def timed_optimize(index: VectorIndex) -> tuple[float, float]:
             gaps.append(now - last)
             last = now
 
+    def search() -> None:
+        nonlocal degraded
+        n = 0
+        while not stop.is_set():
+            q = queries[n % len(queries)]
+            n += 1
+            began = time.perf_counter()
+            try:
+                index.search(q.vector, limit, q.where)
+            except Exception:
+                degraded += 1
+                continue
+            took = time.perf_counter() - began
+            latencies.append(took)
+            degraded += took > READ_TIMEOUT_S
+            time.sleep(0.005)  # a live rate, not a saturating loop
+
     ticker = threading.Thread(target=tick, daemon=True)
+    searcher = threading.Thread(target=search, daemon=True)
     ticker.start()
+    searcher.start()
     began = time.perf_counter()
     index.optimize()
     seconds = time.perf_counter() - began
     stop.set()
     ticker.join()
-    return seconds, max(gaps, default=0.0)
+    searcher.join()
+    ms = np.asarray(latencies or [0.0]) * 1000
+    during = {
+        "queries": len(latencies),
+        "p50_ms": percentile(ms, 50),
+        "p95_ms": percentile(ms, 95),
+        "p99_ms": percentile(ms, 99),
+        "mean_ms": float(ms.mean()),
+        "max_ms": float(ms.max()),
+        "degraded": degraded,
+        "matched_points": float(np.mean([q.mask.sum() for q in queries])),
+    }
+    return seconds, max(gaps, default=0.0), during
+
+
+def label(size: int, tenants: int) -> str:
+    return f"{size}" if tenants != 1 else f"{size}, one tenant"
 
 
 def run_size(
-    size: int, args: argparse.Namespace, work: Path, settings_base: dict[str, Any]
+    size: int,
+    args: argparse.Namespace,
+    work: Path,
+    settings_base: dict[str, Any],
+    tenants: int,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    rng = np.random.default_rng(SEED + size)
+    rng = np.random.default_rng(SEED + size + tenants)
     began = time.perf_counter()
-    corpus = make_corpus(size, args.tenants, rng)
+    corpus = make_corpus(size, tenants, rng)
     text = filler_text(rng)
     queries = make_queries(corpus, WARMUP + args.queries, args.documents_per_filter, rng)
-    settings = Settings(data_dir=work / f"n{size}", **settings_base)
+    settings = Settings(data_dir=work / f"n{size}-t{tenants}", **settings_base)
     print(
-        f"\n[{size}] {len(corpus.doc_ids)} documents, {len(corpus.tenants)} tenants; data made in "
+        f"\n[{label(size, tenants)}] {len(corpus.doc_ids)} documents, {len(corpus.tenants)} "
+        "tenants; data made in "
         f"{time.perf_counter() - began:.1f} s",
         flush=True,
     )
@@ -333,9 +395,19 @@ def run_size(
                 bulk_s += time.perf_counter() - began
             start = stop
         assert index.count() == size, index.count()
+        # The graph is built in the background as points arrive (optimize_after_points): once
+        # the last upsert returns, the build it made due may still run. Waited for, and timed.
+        began = time.perf_counter()
+        wait = getattr(index, "wait_optimized", None)
+        if wait is not None:
+            wait()
+        settle_s = time.perf_counter() - began
         path = settings.index_path / settings.index.collection
         figures: dict[str, Any] = {
             "size": size,
+            "label": label(size, tenants),
+            "build_wait_seconds": settle_s,
+            "unindexed_after_ingest": int(getattr(index, "unindexed", 0)),
             "documents": len(corpus.doc_ids),
             "tenants": len(corpus.tenants),
             "upsert_seconds": small_s + bulk_s,
@@ -348,18 +420,33 @@ def run_size(
             "shard_ingested": shard_info(index),
         }
         print(
-            f"[{size}] upserted {small} points in batches of {args.ingest_batch} at "
+            f"[{label(size, tenants)}] upserted {small} points in batches of {args.ingest_batch} at "
             f"{figures['upsert_ingest_batch_points_per_s']:,.0f} points/s, "
             f"{size - small} in batches of {args.batch} at "
-            f"{figures['upsert_points_per_s'] or 0:,.0f} points/s; shard {figures['shard_ingested']}",
+            f"{figures['upsert_points_per_s'] or 0:,.0f} points/s; the background build ended "
+            f"{settle_s:.1f} s after the last upsert, {figures['unindexed_after_ingest']} points "
+            f"left for the next; shard {figures['shard_ingested']}",
             flush=True,
         )
         rows: list[dict[str, Any]] = []
 
         def run(state: str, kind: str) -> None:
             result = measure(index, corpus, queries[kind], args.limit)
-            row = {"size": size, "state": state, "filter": kind, "queries": args.queries}
-            row |= result | {"target_met": result["p99_ms"] < TARGET_P99_MS}
+            add(state, kind, result)
+
+        def add(state: str, kind: str, result: dict[str, Any]) -> None:
+            row = {"size": size, "tenants": tenants, "state": state, "filter": kind}
+            row |= {"queries": result.pop("queries", args.queries)}
+            target, met = f"< {TARGET_P99_MS:.0f} ms", result["p99_ms"] < TARGET_P99_MS
+            if tenants == 1 and state == "as ingested" and kind == "tenant":
+                target, met = (
+                    f"<= {ONE_TENANT_P99_MS:.0f} ms",
+                    result["p99_ms"] <= ONE_TENANT_P99_MS,
+                )
+            if state == "during optimize":
+                target = "<= 2x idle, 0 degraded"
+                met = result["p99_ratio_to_idle"] <= 2.0 and result["degraded"] == 0
+            row |= result | {"target": target, "target_met": met}
             row |= {
                 "upsert_points_per_s": figures["upsert_points_per_s"],
                 "upsert_ingest_batch_points_per_s": figures["upsert_ingest_batch_points_per_s"],
@@ -367,15 +454,26 @@ def run_size(
             }
             rows.append(row)
             print(
-                f"[{size}] {state:<14} {kind:<18} P50 {result['p50_ms']:.2f} ms, "
-                f"P99 {result['p99_ms']:.2f} ms, recall@10 {result['recall_at_10']:.3f}",
+                f"[{label(size, tenants)}] {state:<15} {kind:<18} P50 {result['p50_ms']:.2f} ms, "
+                f"P99 {result['p99_ms']:.2f} ms, recall@10 {result.get('recall_at_10', 0):.3f}",
                 flush=True,
             )
 
         for kind in queries:
             run("as ingested", kind)
+        # Documents ingested again (new versions of the last 5% of points): an optimize then
+        # has a segment to index and segments to merge, as the nightly one does.
+        tail = size // 20
+        if settings.index.optimize_after_points:
+            tail = min(tail, settings.index.optimize_after_points - 1)
+        for start in range(size - tail, size, args.batch):
+            index.upsert(points(corpus, start, min(size, start + args.batch), text, rng))
+        run("before optimize", "tenant")
+        idle = rows[-1]
         gc.collect()
-        seconds, stall = timed_optimize(index)
+        seconds, stall, during = timed_optimize(index, queries["tenant"][WARMUP:], args.limit)
+        during |= {"p99_ratio_to_idle": during["p99_ms"] / idle["p99_ms"]}
+        add("during optimize", "tenant", during)
         figures |= {
             "optimize_seconds": seconds,
             "optimize_max_python_stall_seconds": stall,
@@ -383,7 +481,9 @@ def run_size(
             "shard_optimized": shard_info(index),
         }
         print(
-            f"[{size}] optimize() {seconds:.1f} s, Python threads stalled up to {stall:.1f} s; "
+            f"[{label(size, tenants)}] optimize() {seconds:.1f} s, Python threads stalled up to "
+            f"{stall:.1f} s; searches meanwhile P99 {during['p99_ms']:.2f} ms "
+            f"({during['p99_ratio_to_idle']:.2f}x idle), {during['degraded']} degraded; "
             f"shard {figures['shard_optimized']}",
             flush=True,
         )
@@ -458,8 +558,8 @@ def print_table(
         f"{mach['load_average_1m']} at the end"
     )
     print(
-        f"\n{'size':>7} {'documents':>9} {'upsert pts/s':>20} {'disk MB ingested':>16} "
-        f"{'optimize s':>10} {'disk MB optimized':>17} {'GIL held s':>10}"
+        f"\n{'size':>17} {'documents':>9} {'upsert pts/s':>20} {'build wait s':>12} "
+        f"{'disk MB ingested':>16} {'optimize s':>10} {'disk MB optimized':>17} {'GIL held s':>10}"
     )
     for s in sizes:
         rates = (
@@ -467,20 +567,25 @@ def print_table(
             f"{s['upsert_points_per_s'] or 0:,.0f} @{s['upsert_batch']}"
         )
         print(
-            f"{s['size']:>7} {s['documents']:>9} {rates:>20} "
+            f"{s['label']:>17} {s['documents']:>9} {rates:>20} {s['build_wait_seconds']:>12.1f} "
             f"{s['disk_bytes_ingested'] / 1e6:>16.1f} {s['optimize_seconds']:>10.1f} "
             f"{s['disk_bytes_optimized'] / 1e6:>17.1f} "
             f"{s['optimize_max_python_stall_seconds']:>10.1f}"
         )
     print(
-        f"\n{'size':>7} {'segments':<14} {'filter':<18} {'matched':>7} {'P50 ms':>7} {'P95 ms':>7} "
-        f"{'P99 ms':>7} {'mean ms':>7} {'recall@10':>9}  P99 < {TARGET_P99_MS:.0f} ms"
+        f"\n{'size':>17} {'state':<15} {'filter':<18} {'matched':>7} {'P50 ms':>7} "
+        f"{'P95 ms':>7} {'P99 ms':>7} {'mean ms':>7} {'recall@10':>9}  target"
     )
     for r in rows:
+        recall = f"{r['recall_at_10']:>9.3f}" if "recall_at_10" in r else f"{'-':>9}"
+        extra = ""
+        if r["state"] == "during optimize":
+            extra = f" ({r['p99_ratio_to_idle']:.2f}x idle, {r['degraded']} degraded)"
         print(
-            f"{r['size']:>7} {r['state']:<14} {r['filter']:<18} {r['matched_points']:>7.0f} "
-            f"{r['p50_ms']:>7.2f} {r['p95_ms']:>7.2f} {r['p99_ms']:>7.2f} {r['mean_ms']:>7.2f} "
-            f"{r['recall_at_10']:>9.3f}  {'met' if r['target_met'] else 'NOT met'}"
+            f"{label(r['size'], r['tenants']):>17} {r['state']:<15} {r['filter']:<18} "
+            f"{r['matched_points']:>7.0f} {r['p50_ms']:>7.2f} {r['p95_ms']:>7.2f} "
+            f"{r['p99_ms']:>7.2f} {r['mean_ms']:>7.2f} {recall}  {r['target']}: "
+            f"{'met' if r['target_met'] else 'NOT met'}{extra}"
         )
     if embedding is None:
         return
@@ -517,6 +622,12 @@ def main() -> None:
     parser.add_argument(
         "--limit", type=int, default=defaults.retrieval.candidates, help="hits per search"
     )
+    parser.add_argument(
+        "--one-tenant-size",
+        type=int,
+        default=100_000,
+        help="also this many chunks in a single tenant (0: skip)",
+    )
     parser.add_argument("--no-embedding", action="store_true", help="skip the MiniLM timing")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -529,8 +640,11 @@ def main() -> None:
     size_figures: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     try:
-        for size in sizes:
-            figures, size_rows = run_size(size, args, work, settings_base)
+        scenarios = [(size, args.tenants) for size in sizes]
+        if args.one_tenant_size:
+            scenarios.append((args.one_tenant_size, 1))
+        for size, tenants in scenarios:
+            figures, size_rows = run_size(size, args, work, settings_base, tenants)
             size_figures.append(figures)
             rows.extend(size_rows)
     finally:
@@ -543,7 +657,7 @@ def main() -> None:
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     met = all(r["target_met"] for r in rows)
     print(
-        f"\ntarget P99 < {TARGET_P99_MS:.0f} ms: {'met' if met else 'NOT met'} in every row; "
+        f"\ntargets: {'met' if met else 'NOT met'} in every row; "
         f"run {elapsed:.0f} s, peak RSS {peak_rss_mb:,.0f} MB"
     )
     if args.json:

@@ -193,6 +193,25 @@ class IndexSettings(BaseModel):
         description="BM25 in the index: the average chunk length in terms (after stopwords) "
         "that term weights are normalised by. Changing it needs a rebuild.",
     )
+    optimize_after_points: int = Field(
+        default=10_000,
+        ge=0,
+        le=10_000_000,
+        description="Edge backend: build the HNSW graph in a background child process once this "
+        "many points arrived since the last build, so a large ingest is searched through the "
+        "graph, not by a full scan (0: only the compaction's optimize builds it). The Qdrant "
+        "server indexes by its own threshold.",
+    )
+    edge_segments: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="Edge backend, for shards created from now on: the optimizer's target "
+        "segment count (0: Qdrant's default, from the CPU count). More segments make each "
+        "background build index only the new points instead of merging and rebuilding the "
+        "graph, but each search visits every segment, and a filter that matches few points of "
+        "a segment scans them (bench/vector_search.py: 4 segments for 100k made P99 ~2x).",
+    )
     bm25_k: float = Field(default=1.2, ge=0, le=10, description="BM25 term-frequency saturation.")
     bm25_b: float = Field(default=0.75, ge=0, le=1, description="BM25 length normalisation.")
     read_socket: str = Field(

@@ -76,12 +76,21 @@ class ForgetRunsInput(Contract):
         default=None,
         description="Also delete the tenant's search runs whose result returned this document.",
     )
+    skip_runs: list[str] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="Run ids an earlier pass deleted: the server deletes in the background, so "
+        "their visibility records can still be listed, and are neither deleted nor counted again.",
+    )
 
 
 class ForgetRunsOutput(Contract):
     workflows: int = Field(description="Workflow ids looked up.")
     runs_deleted: int = Field(description="Runs deleted (open ones terminated first).")
     runs_kept: int = Field(description="Runs started after started_before, left alone.")
+    searches_deleted: list[str] = Field(
+        default_factory=list, description="Run ids of the search runs deleted (searches_of)."
+    )
 
 
 class TenantRef(Contract):

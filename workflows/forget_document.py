@@ -42,7 +42,7 @@ class ForgetDocumentWorkflow:
     @workflow.run
     async def run(self, request: ForgetDocumentInput) -> DocumentForgotten:
         ref, first = request.document, request.first_pass
-        deleted = await self._forget_runs(ref, first)
+        deleted, searches = await self._forget_runs(ref, first, [])
         await call(
             RunActivities.wait_for_open_answers,
             OpenAnswersInput(tenant=ref.tenant, started_before=request.tombstoned_at),
@@ -57,11 +57,18 @@ class ForgetDocumentWorkflow:
         late = again.model_copy(
             update={"answer_workflow_ids": [a for a in again.answer_workflow_ids if a not in seen]}
         )
-        deleted += await self._forget_runs(ref, late)
-        return DocumentForgotten(runs_deleted=deleted, late_answers=len(late.answer_workflow_ids))
+        # The searches the first pass deleted may still be listed (the server deletes in the
+        # background): passed on, so they are not deleted or counted twice.
+        late_deleted, _ = await self._forget_runs(ref, late, searches)
+        return DocumentForgotten(
+            runs_deleted=deleted + late_deleted, late_answers=len(late.answer_workflow_ids)
+        )
 
-    async def _forget_runs(self, ref: DocumentRef, forgot: ForgottenAnswers) -> int:
-        """Reload the conversations whose replies were redacted, then delete the runs."""
+    async def _forget_runs(
+        self, ref: DocumentRef, forgot: ForgottenAnswers, skip_runs: list[str]
+    ) -> tuple[int, list[str]]:
+        """Reload the conversations whose replies were redacted, then delete the runs. Returns
+        how many runs were deleted, and the search runs among them."""
         started_before = workflow.now()
         conversations = [ids.conversation_workflow_id(ref.tenant, c) for c in forgot.conversations]
         for conversation_id, workflow_id in zip(forgot.conversations, conversations, strict=True):
@@ -79,7 +86,8 @@ class ForgetDocumentWorkflow:
                 started_before=started_before,
                 wait_for_open=True,
                 searches_of=ref,
+                skip_runs=skip_runs,
             ),
             summary="delete the runs that carried the document's text",
         )
-        return removed.runs_deleted
+        return removed.runs_deleted, removed.searches_deleted

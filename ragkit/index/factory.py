@@ -35,7 +35,13 @@ def open_index(
         from ragkit.index.edge import EdgeIndex
 
         return EdgeIndex(
-            settings.index_path / name, dimension, m, ef_construct, settings.index.hnsw_ef_search
+            settings.index_path / name,
+            dimension,
+            m,
+            ef_construct,
+            settings.index.hnsw_ef_search,
+            optimize_after=settings.index.optimize_after_points,
+            segments=settings.index.edge_segments,
         )
     from qdrant_client import QdrantClient
 

@@ -1,0 +1,214 @@
+"""The Edge index builds its HNSW graph without stopping its readers: `optimize()` works on a copy
+in a child process, the writes made meanwhile are replayed onto it, and the switch is a pointer
+swap. Points arriving build the graph in the background. Whatever stops a build (a close, a
+crash) leaves the live shard whole."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import qdrant_edge as qe
+
+from ragkit.index import IndexFilter, IndexUnavailableError
+from ragkit.index.edge import CURRENT, EdgeIndex
+from ragkit.index.reads import ActiveReader, ReadClient, ReadServer
+from ragkit.policies import PolicyTable
+from tests.ragkit.index.test_contract import DIM, point, vec
+from tests.ragkit.index.test_reads import MODEL, OneGeneration
+
+POINTS = 3_000
+WHERE = IndexFilter(tenant="t1")
+
+
+def open_edge(path: Path, optimize_after: int = 0) -> EdgeIndex:
+    return EdgeIndex(path, DIM, 16, 100, 64, optimize_after=optimize_after, segments=8)
+
+
+def dense_indexed(index: EdgeIndex) -> int:
+    """Dense vectors in the graph: these points carry no BM25 vector, which would count too."""
+    return int(index._shard.info().indexed_vectors_count)
+
+
+def wait_for_child(index: EdgeIndex) -> int:
+    deadline = time.monotonic() + 30
+    while (child := index._child) is None:
+        assert time.monotonic() < deadline, "the build never started its child process"
+        time.sleep(0.005)
+    return child.pid
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[EdgeIndex]:
+    index = open_edge(tmp_path / "edge")
+    for start in range(0, POINTS, 500):
+        index.upsert([point(i) for i in range(start, start + 500)])
+    yield index
+    index.close()
+
+
+def test_searches_through_the_read_socket_are_not_degraded_while_an_optimize_runs(
+    index: EdgeIndex, tmp_path: Path
+) -> None:
+    """Through the live read path, with the live path's own timeout: every search made while the
+    child builds answers in time and with what the index answered before; a write made
+    meanwhile is in the optimized shard."""
+    timeout = PolicyTable.declared().policy_for("search_vectors").start_to_close.total_seconds()
+    server = ReadServer(tmp_path / "run" / "index.sock", ActiveReader(OneGeneration(index)), MODEL)
+    server.start()
+    client = ReadClient(server.path, MODEL, timeout=timeout)
+    seeds = (1, 7, 42)
+    assert [client.search(vec(s), 10, WHERE)[0].id for s in seeds] == [point(s).id for s in seeds]
+    assert dense_indexed(index) == 0
+    failure: list[BaseException] = []
+
+    def optimize() -> None:
+        try:
+            index.optimize()
+        except BaseException as exc:
+            failure.append(exc)
+
+    build = threading.Thread(target=optimize)
+    try:
+        build.start()
+        wait_for_child(index)
+        during = 0
+        late = point(POINTS + 1)
+        index.upsert([late])  # replayed onto the copy
+        index.delete([point(5).id])
+        while build.is_alive():
+            for seed in seeds:
+                began = time.monotonic()
+                hits = client.search(vec(seed), 10, WHERE)
+                assert time.monotonic() - began < timeout
+                assert len(hits) == 10 and hits[0].id == point(seed).id
+                during += 1
+        build.join()
+    finally:
+        client.close()
+        server.close()
+    assert not failure, failure
+    assert during > 0, "the build ended before any search ran during it"
+    assert index.count() == POINTS
+    # The graph covers every point the copy held; the late one waits for the next build.
+    assert dense_indexed(index) >= POINTS - 1
+    assert [h.id for h in index.search(late.vector, 1, WHERE)] == [late.id]
+    assert point(5).id not in index.point_ids()
+    assert (index.path / CURRENT).read_text().strip() == "shard-1"
+    assert sorted(p.name for p in index.path.iterdir()) == [CURRENT, "shard-1"]
+
+
+def test_the_build_runs_in_a_child_process(index: EdgeIndex) -> None:
+    """Not in the serving process: the child holds its own interpreter lock."""
+    build = threading.Thread(target=index.optimize)
+    build.start()
+    assert wait_for_child(index) != os.getpid()
+    build.join()
+    assert index._child is None
+
+
+def test_points_arriving_build_the_graph_in_the_background(tmp_path: Path) -> None:
+    index = open_edge(tmp_path / "edge", optimize_after=1_000)
+    try:
+        for start in range(0, 2_500, 250):
+            index.upsert([point(i) for i in range(start, start + 250)])
+        assert index.wait_optimized(timeout=120)
+        # Every build that came due ran; what is left is under the threshold.
+        assert index.unindexed < 1_000
+        assert dense_indexed(index) >= 2_000
+        assert index.count() == 2_500
+        assert [h.id for h in index.search(vec(17), 1, WHERE)] == [point(17).id]
+    finally:
+        index.close()
+    reopened = open_edge(tmp_path / "edge")
+    try:
+        assert reopened.count() == 2_500
+        assert 2_500 - dense_indexed(reopened) <= reopened.unindexed <= 2_500
+    finally:
+        reopened.close()
+
+
+def test_a_close_during_a_build_abandons_it_and_keeps_the_live_shard(
+    index: EdgeIndex, tmp_path: Path
+) -> None:
+    failure: list[BaseException] = []
+
+    def optimize() -> None:
+        try:
+            index.optimize()
+        except BaseException as exc:
+            failure.append(exc)
+
+    build = threading.Thread(target=optimize)
+    build.start()
+    wait_for_child(index)
+    index.close()
+    build.join()
+    assert len(failure) == 1 and isinstance(failure[0], IndexUnavailableError), failure
+    assert sorted(p.name for p in index.path.iterdir()) == [CURRENT, "shard-0"]
+    reopened = open_edge(index.path)
+    try:
+        assert reopened.count() == POINTS
+    finally:
+        reopened.close()
+
+
+def test_leftovers_of_a_crashed_build_are_removed_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "edge"
+    index = open_edge(path)
+    index.upsert([point(i) for i in range(10)])
+    index.close()
+    (path / "shard-1").mkdir()  # a copy whose build never finished
+    (path / "shard-1" / "segments").mkdir()
+    (path / f"{CURRENT}.tmp").write_text("shard-1\n")
+    reopened = open_edge(path)
+    try:
+        assert reopened.count() == 10
+        assert sorted(p.name for p in path.iterdir()) == [CURRENT, "shard-0"]
+    finally:
+        reopened.close()
+
+
+def test_a_shard_from_before_the_layout_moves_on_its_first_optimize(tmp_path: Path) -> None:
+    """An index written by the earlier adapter holds the shard's files in its own folder."""
+    path = tmp_path / "edge"
+    config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine))
+    shard = qe.EdgeShard.create(str(path), config)
+    shard.update(
+        qe.UpdateOperation.upsert_points(
+            [qe.Point(str(point(i).id), point(i).vector, point(i).payload) for i in range(20)]
+        )
+    )
+    shard.flush()
+    shard.close()
+    index = open_edge(path)
+    try:
+        assert not index.keyword and index.count() == 20
+        index.optimize()
+        assert sorted(p.name for p in path.iterdir()) == [CURRENT, "shard-1"]
+        assert [h.id for h in index.search(vec(3), 1, WHERE)] == [point(3).id]
+    finally:
+        index.close()
+    reopened = open_edge(path)
+    try:
+        assert reopened.count() == 20
+    finally:
+        reopened.close()
+
+
+def test_a_second_optimize_waits_for_the_first_and_one_with_nothing_to_do_keeps_the_shard(
+    index: EdgeIndex,
+) -> None:
+    ids = set(index.point_ids())
+    builds = [threading.Thread(target=index.optimize) for _ in range(2)]
+    for build in builds:
+        build.start()
+    for build in builds:
+        build.join()
+    # The second found the graph built and nothing written since: no switch.
+    assert sorted(p.name for p in index.path.iterdir()) == [CURRENT, "shard-1"]
+    assert set(index.point_ids()) == ids

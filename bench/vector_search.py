@@ -261,14 +261,18 @@ def measure(
             exact = {corpus.point_ids[r] for r in rows[np.argsort(-scores)[:k]]}
             found = {h.id for h in hits[:RECALL_K]}
             recalls.append(len(exact & found) / k if k else 1.0)
-    ms = np.asarray(latencies) * 1000
+    return latency_figures(latencies, queries) | {"recall_at_10": float(np.mean(recalls))}
+
+
+def latency_figures(latencies: list[float], queries: list[Query]) -> dict[str, float]:
+    """Percentiles (ms) of search times in seconds, and the points the filters matched."""
+    ms = np.asarray(latencies or [0.0]) * 1000
     return {
         "p50_ms": percentile(ms, 50),
         "p95_ms": percentile(ms, 95),
         "p99_ms": percentile(ms, 99),
         "mean_ms": float(ms.mean()),
         "max_ms": float(ms.max()),
-        "recall_at_10": float(np.mean(recalls)),
         "matched_points": float(np.mean([q.mask.sum() for q in queries])),
     }
 
@@ -337,16 +341,9 @@ def timed_optimize(
     stop.set()
     ticker.join()
     searcher.join()
-    ms = np.asarray(latencies or [0.0]) * 1000
-    during = {
+    during = latency_figures(latencies, queries) | {
         "queries": len(latencies),
-        "p50_ms": percentile(ms, 50),
-        "p95_ms": percentile(ms, 95),
-        "p99_ms": percentile(ms, 99),
-        "mean_ms": float(ms.mean()),
-        "max_ms": float(ms.max()),
         "degraded": degraded,
-        "matched_points": float(np.mean([q.mask.sum() for q in queries])),
     }
     return seconds, max(gaps, default=0.0), during
 

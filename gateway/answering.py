@@ -22,7 +22,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError
 
 from durable_rag.client import IdempotencyConflict, RagClient
-from gateway.errors import error_event, http_error
+from gateway.errors import http_error, stream_error
 from gateway.streams import in_background, text_events
 from ragkit.admission import Admission, Overloaded, Ticket
 from ragkit.metrics import ANSWER_TIMEOUTS, GATEWAY_REJECTED
@@ -31,6 +31,7 @@ from ragkit.streaming import TokenListener
 from schemas.answer import Answer, AskRequest
 
 log = logging.getLogger("durable_rag.gateway")
+ASK_STREAM = "/v1/ask/stream"
 T = TypeVar("T")
 
 # nginx's "client closed request": nobody reads it, the access log and the metrics do.
@@ -217,11 +218,16 @@ async def answer_events(
         yield {"event": "answer", "data": answer.model_dump_json()}
     except TimeoutError:
         ANSWER_TIMEOUTS.labels("answer_stream").inc()
-        yield error_event(504, f"no answer within {timeout:g} s; the run was cancelled")
+        yield stream_error(
+            ASK_STREAM, 504, f"no answer within {timeout:g} s; the run was cancelled"
+        )
     except WorkflowFailureError as exc:
         closed = True
         error = http_error(exc)
-        yield error_event(error.status_code, str(error.detail))
+        yield stream_error(ASK_STREAM, error.status_code, str(error.detail))
+    except Exception as exc:  # after the 200: the client learns it from this event alone
+        log.exception("the answer stream of %s failed", handle.id)
+        yield stream_error(ASK_STREAM, 502, f"the stream failed: {exc}")
     finally:
         listener.close_stream(stream_id)
         result.cancel()

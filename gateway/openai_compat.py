@@ -2,8 +2,11 @@
 
 The last message is the question; earlier user and assistant messages are the conversation so
 far (newest kept first, within the history budget). System and developer messages are not
-passed on: the grounding prompt is the service's. Answers are greedy, so sampling fields are
-accepted and ignored. The answer's citations ride along as an extra `citations` field.
+passed on: the grounding prompt is the service's. The sampling fields vLLM's OpenAI server
+accepts (temperature, top_p, seed, stop, presence and frequency penalties, logit_bias) reach the
+engine; without them the answer is greedy. Every other field, and a `response_format` other than
+text, is refused with a 400 naming it, as OpenAI's own API does. The answer's citations ride
+along as an extra `citations` field.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from ragkit.retrieval import estimate_tokens
 from ragkit.settings import Settings
-from schemas.answer import Answer, AskRequest, ChatMessage, ConversationWindow
+from schemas.answer import Answer, AskRequest, ChatMessage, ConversationWindow, Sampling
 from schemas.gateway import ChatCompletionBody
 
 PATHS = ("/v1/chat/completions", "/v1/models")
@@ -75,8 +78,38 @@ def to_ask(
         question=question,
         max_answer_tokens=body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS,
         model=model,
+        sampling=sampling(body),
     )
     return request, ConversationWindow(turns=kept) if kept else None
+
+
+def sampling(body: ChatCompletionBody) -> Sampling:
+    """The request's sampling fields; those it leaves out keep the greedy default."""
+    given: dict[str, Any] = {
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "seed": body.seed,
+        "stop": [body.stop] if isinstance(body.stop, str) else body.stop,
+        "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty,
+        "logit_bias": body.logit_bias,
+    }
+    return Sampling(**{k: v for k, v in given.items() if v is not None})
+
+
+def invalid_message(errors: list[dict[str, Any]]) -> str:
+    """A 400's message: each refused field by name, an unknown one with what is accepted."""
+    parts = []
+    for e in errors:
+        loc = list(e["loc"])
+        loc = loc[1:] if loc[:1] == ["body"] else loc  # FastAPI's, before the field's own
+        where = ".".join(str(part) for part in loc) or "body"
+        if e["type"] == "extra_forbidden" and len(loc) == 1:
+            accepted = ", ".join(ChatCompletionBody.model_fields)
+            parts.append(f"{where}: not supported here (accepted: {accepted})")
+        else:
+            parts.append(f"{where}: {e['msg']}")
+    return "; ".join(parts)
 
 
 def _usage(answer: Answer) -> dict[str, int]:
@@ -184,6 +217,12 @@ def remainder(sent: str, final: str, diverged: bool = False) -> str:
     return "\n\n" + final
 
 
+def status_for(status: int) -> int:
+    """OpenAI's API calls every invalid request 400, where the rest of the gateway says 422."""
+    return 400 if status == 422 else status
+
+
 def error(status: int, message: str) -> str:
+    status = status_for(status)
     kind = "invalid_request_error" if 400 <= status < 500 else "api_error"
     return json.dumps({"error": {"message": message, "type": kind, "code": status}})

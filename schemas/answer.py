@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -16,6 +16,31 @@ ModelName = str  # served model name: lowercase letters, digits, . _ -
 # What a request that names neither gets: passages in the prompt, and the answer's length bound.
 DEFAULT_TOP_K = 5
 DEFAULT_ANSWER_TOKENS = 256
+
+
+StopSequence = Annotated[str, Field(min_length=1, max_length=64)]
+LogitBias = Annotated[float, Field(ge=-100, le=100)]
+
+
+class Sampling(Contract):
+    """How the model picks the answer's tokens: the sampling fields of OpenAI's API that vLLM
+    honours, with OpenAI's bounds. The default is greedy, so an answer can be reproduced."""
+
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    stop: list[StopSequence] = Field(
+        default_factory=list, max_length=4, description="Generation ends before any of these."
+    )
+    presence_penalty: float = Field(default=0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
+    logit_bias: dict[int, LogitBias] = Field(
+        default_factory=dict, max_length=300, description="Token id -> bias added to its logit."
+    )
+
+    @property
+    def is_default(self) -> bool:
+        return self == Sampling()
 
 
 class AskRequest(Contract):
@@ -39,6 +64,7 @@ class AskRequest(Contract):
     model: str | None = Field(
         default=None, pattern=r"^[a-z0-9._-]{1,64}$", description="Preferred model (served name)."
     )
+    sampling: Sampling = Field(default_factory=Sampling)
 
 
 class PromptTemplate(Contract):
@@ -235,6 +261,7 @@ class GenerateInput(Contract):
     messages: list[ChatMessage] = Field(min_length=1, max_length=200)
     max_tokens: int = Field(ge=1, le=16_384)
     stream_id: str = stream_id_field()
+    sampling: Sampling = Field(default_factory=Sampling)
 
 
 class RewriteInput(Contract):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from schemas.answer import LogitBias, StopSequence
 from schemas.common import Contract, DocumentFilter, Metadata
 
 
@@ -95,9 +96,24 @@ class StreamOptions(Contract):
     include_usage: bool = False
 
 
+class ResponseFormat(Contract):
+    type: str
+
+    @field_validator("type")
+    @classmethod
+    def text_only(cls, value: str) -> str:
+        if value != "text":
+            raise ValueError(
+                f"response_format {value!r} is not supported: an answer is text with [n] "
+                "citations; only 'text' is accepted"
+            )
+        return value
+
+
 class ChatCompletionBody(Contract):
-    """The subset of OpenAI's chat completions request that a retrieval answer can honour.
-    Sampling fields are accepted and ignored: answers are greedy, so they can be reproduced."""
+    """OpenAI's chat completions request, as far as a retrieval answer can honour it. The
+    sampling fields vLLM accepts reach the engine (gateway/openai_compat.py); without them the
+    answer is greedy, so it can be reproduced. Any other field is refused (400)."""
 
     model: str = Field(min_length=1, max_length=64)
     messages: list[OpenAIMessage] = Field(min_length=1, max_length=64)
@@ -109,6 +125,11 @@ class ChatCompletionBody(Contract):
     top_p: float | None = Field(default=None, gt=0, le=1)
     n: int = Field(default=1, ge=1, le=1, description="One choice only.")
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    stop: StopSequence | list[StopSequence] | None = Field(default=None, max_length=4)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[int, LogitBias] | None = Field(default=None, max_length=300)
+    response_format: ResponseFormat | None = None
     user: str | None = Field(default=None, max_length=256)
 
 

@@ -40,7 +40,7 @@ REQUIRED_SERVICES = {
     "alertmanager",
     "grafana",
 }
-ONE_SHOT_SERVICES = {"migrate"}
+ONE_SHOT_SERVICES = {"migrate", "schedules"}
 WORKERS = ("cpu-worker", "gpu-worker")
 ENV_PREFIX = "DURABLE_RAG_"
 ENV_NAME = re.compile(r"\bDURABLE_RAG_[A-Z0-9_]+\b")
@@ -146,6 +146,39 @@ def test_migrate_is_a_one_shot_after_postgres(services: dict[str, dict[str, Any]
     assert set(env) == {"DURABLE_RAG_DATABASE_URL"}, env
 
 
+def test_a_one_shot_applies_the_schedules(services: dict[str, dict[str, Any]]) -> None:
+    """The schedules exist in production without anyone running a command: a one-shot service
+    runs the CLI's `schedules apply` once Temporal is up."""
+    from typer.main import get_command
+
+    from cli import app
+
+    one_shot = services["schedules"]
+    assert str(one_shot.get("restart", "no")) == "no"
+    words = [*one_shot["entrypoint"], *one_shot["command"]]
+    assert words == ["durable-rag", "schedules", "apply"], words
+    group = get_command(app).commands["schedules"]  # type: ignore[attr-defined]
+    assert "apply" in group.commands
+    deps = _depends_on(one_shot)
+    assert deps["temporal"]["condition"] == "service_healthy"
+    assert deps["migrate"]["condition"] == "service_completed_successfully"
+    # The schedules' inputs are payloads: sealed like every other service's.
+    assert _environment(one_shot).get("DURABLE_RAG_SECURITY_PAYLOAD_ENCRYPTION") == "true"
+    assert "payload-keys" in one_shot.get("secrets", [])
+
+
+def test_router_fallback_and_summary_models_can_be_configured(compose: dict[str, Any]) -> None:
+    env = _environment(compose["services"]["gateway"])
+    for name in (
+        "DURABLE_RAG_LLM_FALLBACK_MODEL",
+        "DURABLE_RAG_ROUTER_SMALL_MODEL",
+        "DURABLE_RAG_ROUTER_LARGE_MODEL",
+        "DURABLE_RAG_CONVERSATION_SUMMARY_MODEL",
+    ):
+        # From the shell or an .env file; unset: no such model.
+        assert env.get(name) == f"${{{name}:-}}", (name, env.get(name))
+
+
 @pytest.mark.parametrize("worker", WORKERS)
 def test_workers_wait_for_migrations_and_temporal(
     services: dict[str, dict[str, Any]], worker: str
@@ -231,6 +264,17 @@ def test_the_image_copies_every_package_the_project_installs() -> None:
     assert packages <= copied, f"not copied into the image: {sorted(packages - copied)}"
 
 
+def test_the_images_install_the_lock_make_installs() -> None:
+    """The same versions in the images as in `make venv`: the cpu target installs the lock
+    itself; the gpu target is constrained by it (vLLM's CUDA build adds what the lock lacks)."""
+    text = DOCKERFILE.read_text()
+    stages = dict(re.findall(r"(?ms)^FROM\s+\S+\s+AS\s+(\S+)\s*$(.*?)(?=^FROM\s|\Z)", text))
+    assert "requirements.lock" in re.findall(r"(?m)^COPY\s+(.*)$", stages["source"])[0]
+    assert "pip install --no-deps -r requirements.lock" in stages["cpu"]
+    assert re.search(r"pip install --no-deps \.", stages["cpu"])
+    assert 'pip install -c requirements.lock ".[gpu]"' in stages["gpu"]
+
+
 def test_bind_mounted_deploy_files_exist(services: dict[str, dict[str, Any]]) -> None:
     for name, service in services.items():
         for volume in service.get("volumes", []):
@@ -281,6 +325,44 @@ def test_every_user_facing_alert_fires_in_its_unit_test() -> None:
     for rule in users["rules"]:  # context with every alert (R22)
         assert "dashboard" in rule["annotations"], rule["alert"]
         assert "req/s" in rule["annotations"]["description"], rule["alert"]
+
+
+def test_every_process_of_ours_has_a_down_alert_that_fires_in_its_unit_test() -> None:
+    """Each kind of worker and the gateway: a scrape job, an `up` alert over it, and a unit test
+    in which that alert fires for that job."""
+    ours = {"cpu-worker", "gpu-worker", "llm-worker", "gateway"}
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    assert ours <= {job["job_name"] for job in config["scrape_configs"]}
+    rules = yaml.safe_load(PROMETHEUS_RULES.read_text())
+    down: dict[str, str] = {}  # job -> alert
+    for rule in (r for g in rules["groups"] for r in g["rules"] if "alert" in r):
+        matched = re.match(r'^up\{job=(~?)"([^"]+)"\}\s*==\s*0$', rule["expr"].strip())
+        if matched is None:
+            continue
+        regex, jobs = matched.groups()
+        for job in ours:
+            if re.fullmatch(jobs, job) if regex else jobs == job:
+                down[job] = rule["alert"]
+    assert ours <= down.keys(), f"no down alert for {sorted(ours - down.keys())}"
+    tests = yaml.safe_load(PROMETHEUS_RULES.with_name("alerts.test.yml").read_text())["tests"]
+    fired = {
+        (case["alertname"], alert["exp_labels"].get("job"))
+        for test in tests
+        for case in test["alert_rule_test"]
+        for alert in case["exp_alerts"]
+    }
+    assert {(down[job], job) for job in ours} <= fired
+
+
+def test_the_error_sli_counts_failed_streams_and_leaves_out_health_checks() -> None:
+    from ragkit.metrics import HTTP_STREAM_ERRORS
+
+    rules = yaml.safe_load(PROMETHEUS_RULES.read_text())
+    errors = next(
+        r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "AnswerErrorRateHigh"
+    )
+    assert f"{HTTP_STREAM_ERRORS._name}_total" in errors["expr"]
+    assert errors["expr"].count('route!~"/healthz|/readyz|/metrics"') == 2  # both sides
 
 
 def test_prometheus_config_is_valid() -> None:

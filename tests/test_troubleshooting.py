@@ -228,8 +228,16 @@ def label_values() -> dict[tuple[str, str], frozenset[str]]:
     from schemas.answer import Answer
 
     gateway = "\n".join(p.read_text() for p in sorted((ROOT / "gateway").rglob("*.py")))
+    # A route is a literal in its decorator, or a module constant the decorator names.
+    constants = dict(re.findall(r'(?m)^([A-Z_]+) = "(/[^"]*)"$', gateway))
     routes = frozenset(
         re.findall(r'@(?:app|router)\.(?:get|post|put|delete|patch)\(\s*"([^"]+)"', gateway)
+        + [
+            constants[name]
+            for name in re.findall(
+                r"@(?:app|router)\.(?:get|post|put|delete|patch)\(\s*([A-Z_]+)\b", gateway
+            )
+        ]
     )
     jobs = frozenset(
         job["job_name"] for job in yaml.safe_load(PROMETHEUS_CONFIG.read_text())["scrape_configs"]
@@ -260,6 +268,7 @@ def label_values() -> dict[tuple[str, str], frozenset[str]]:
         ),
         ("durable_rag_http_requests", "route"): routes,
         ("durable_rag_http_request_seconds", "route"): routes,
+        ("durable_rag_http_stream_errors", "route"): routes,
         ("durable_rag_http_timeouts", "route"): frozenset(
             re.findall(r'ANSWER_TIMEOUTS\.labels\("([a-z_]+)"\)', gateway)
         ),

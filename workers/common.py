@@ -21,10 +21,13 @@ from temporalio.worker import (
     ExecuteActivityInput,
     Interceptor,
     Worker,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox._runner import _Instance as _SandboxedInstance
 
-from ragkit import failpoints, metrics
+from ragkit import cuda, failpoints, metrics
 from ragkit.embedding import Embedder, load_embedder
 from ragkit.index.generations import Generations
 from ragkit.index.reads import ActiveReader, IndexReader, ReadClient
@@ -60,6 +63,17 @@ def temporal_runtime(bind_address: str) -> Runtime:
     )
 
 
+def refuse_unless_cuda_works(what: str) -> None:
+    """R30: a GPU worker whose driver, torch build and devices disagree exits at once, with the
+    reason (exit status 1), before it loads a model or polls a queue."""
+    try:
+        cuda.check(cuda.probe(), what)
+    except cuda.CudaMismatch as exc:
+        log.critical("refusing to start: %s", exc)
+        raise SystemExit(f"refusing to start: {exc}") from exc
+    log.info("CUDA check passed for %s: %s", what, cuda.probe().describe())
+
+
 def worker_interceptors(settings: Settings) -> list[Interceptor]:
     """Every worker's interceptors: its policy table for the workflows it runs, activity
     metrics, and failpoints when the fault matrix switches them on (DURABLE_RAG_FAILPOINTS_FILE)."""
@@ -79,9 +93,32 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     (bench/serving.py replays a recorded answer both ways). What the sandbox would have caught in
     that code (a clock, randomness, I/O) is kept out by tests/workflows/test_determinism.py and
     the import contracts, and tests/workflows/test_replay.py replays under the full sandbox."""
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
-    )
+    return _Sandbox(restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
+
+
+class _Sandbox(SandboxedWorkflowRunner):
+    """The SDK's sandbox, with the per-payload context lookups made as plain calls."""
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _DirectContextInstance(det, self.runner_class, self.restrictions)
+
+
+class _DirectContextInstance(_SandboxedInstance):
+    """The SDK (temporalio 1.35) asks a sandboxed run for a payload's serialization and storage
+    context once per payload of every activation and completion, ~60 times an answer, and
+    each ask `exec`s a snippet inside the sandbox with its import hooks applied: 6-7 ms of an
+    answer's CPU, a third of its workflow code (bench/serving.py's replay rows). Both lookups only
+    read the run's own table of pending commands in temporalio's code, which is passed through
+    the sandbox, so they reach nothing the sandbox guards. The workflow code itself still runs
+    inside it. tests/workers/test_common.py checks both lookups against the SDK's own."""
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        in_sandbox: Any = self.globals_and_locals["__temporal_in_sandbox"]
+        return in_sandbox.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        in_sandbox: Any = self.globals_and_locals["__temporal_in_sandbox"]
+        return in_sandbox.get_external_store_context(command_info)
 
 
 class Failpoints(Interceptor):

@@ -34,6 +34,7 @@ from ragkit.temporal import connect
 from workers.common import (
     load_embedder_for,
     make_runtime,
+    refuse_unless_cuda_works,
     run_until_signalled,
     worker_interceptors,
 )
@@ -104,6 +105,8 @@ def yield_cpu_to_live_work(settings: Settings) -> None:
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
+    if settings.embedding.device.startswith("cuda"):
+        refuse_unless_cuda_works("the embedding model (DURABLE_RAG_EMBEDDING_DEVICE=cuda)")
     register_gpu_metrics()  # reports nothing where there is no NVIDIA driver
     embedder = load_embedder_for(settings)
     sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)

@@ -27,7 +27,12 @@ from ragkit.policies import PolicyTable
 from ragkit.settings import Settings
 from ragkit.streaming import TokenPublisher
 from ragkit.temporal import connect
-from workers.common import make_runtime, run_until_signalled, worker_interceptors
+from workers.common import (
+    make_runtime,
+    refuse_unless_cuda_works,
+    run_until_signalled,
+    worker_interceptors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +89,8 @@ def build_worker(
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
+    if settings.llm.backend == "vllm" and settings.llm.device == "cuda":
+        refuse_unless_cuda_works("the LLM worker (DURABLE_RAG_LLM_DEVICE=cuda)")
     register_gpu_metrics()  # reports nothing where there is no NVIDIA driver
     engine = load_engine(settings)  # before polling: no traffic until the model is loaded
     client = await connect(settings, make_runtime(settings))

@@ -143,7 +143,7 @@ class AnswerWorkflow:
         messages = self._messages(request, plan, context, wf_input.history)
         model, choice = self._route(request, plan, found)
         generated, route, model = await self._generate(
-            messages, request.max_answer_tokens, model, plan, wf_input.stream_id
+            messages, request, model, plan, wf_input.stream_id
         )
         self._lap("generate")
         reply = await self._reply(request, plan, context, generated, route, model)
@@ -375,7 +375,7 @@ class AnswerWorkflow:
     async def _generate(
         self,
         messages: list[ChatMessage],
-        max_tokens: int,
+        request: AskRequest,
         model: str,
         plan: AnswerPlan,
         stream_id: str,
@@ -393,8 +393,9 @@ class AnswerWorkflow:
                     GenerateInput(
                         trace_id=self.trace_id,
                         messages=messages,
-                        max_tokens=max_tokens,
+                        max_tokens=request.max_answer_tokens,
                         stream_id=stream_id,
+                        sampling=request.sampling,
                     ),
                     summary=f"generate with {name}",
                     task_queue=policies.llm_queue(name),
@@ -485,8 +486,11 @@ class AnswerWorkflow:
         reply: Reply,
         generated: GenerateOutput | None,
     ) -> None:
-        """Keep a generated answer for the fallback path of a later LLM outage."""
+        """Keep a generated answer for the fallback path of a later LLM outage. Not one cut short
+        or sampled at the caller's request: it would stand in for other callers' answers."""
         if generated is None or not plan.cache_answers or not reply.text:
+            return
+        if not request.sampling.is_default:
             return
         await best_effort(
             call(

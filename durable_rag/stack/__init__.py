@@ -24,6 +24,7 @@ from durable_rag.stack.workers import (
     ROOT,
     WORKER_KINDS,
     gateway_process,
+    polled,
     spawn_worker,
     wait_gateway_ready,
     wait_worker_ready,
@@ -31,7 +32,10 @@ from durable_rag.stack.workers import (
     worker_queue,
 )
 from ragkit.codec import rotate, ui_token
+from ragkit.db import make_sessionmaker
+from ragkit.policies import llm_queue
 from ragkit.settings import Settings
+from ragkit.store import model_alias
 
 
 @dataclass
@@ -105,7 +109,10 @@ class EmbeddedStack:
         if workers:
             env = dict(os.environ)
             env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
-            for kind in WORKER_KINDS if llm else WORKER_KINDS[:2]:
+            kinds = list(WORKER_KINDS if llm else WORKER_KINDS[:2])
+            if "llm" in kinds and not self.serves_the_active_model(echo):
+                kinds.remove("llm")
+            for kind in kinds:
                 process = worker_process(self.data_dir, kind)
                 started = not process.running()
                 if started:
@@ -125,6 +132,29 @@ class EmbeddedStack:
             self._up_gateway(echo)
         for line in self.urls():
             echo(line)
+
+    def serves_the_active_model(self, echo: Callable[[str], object] = print) -> bool:
+        """Whether the stack's LLM worker (the settings' model) is the one answers go to. After
+        `durable-rag models swap`, the `default` alias names another model, served by a worker
+        started outside the stack: starting the settings' model again would serve nobody."""
+        sessions = make_sessionmaker(self.settings.postgres.sqlalchemy_url)
+        try:
+            active = model_alias.active(sessions, self.settings.llm.name)
+        finally:
+            sessions.kw["bind"].dispose()
+        if active == self.settings.llm.name:
+            return True
+        queue = llm_queue(active)
+        if polled(self.temporal.address, self.settings.temporal.namespace, queue):
+            echo(f"running  llm worker for the active model {active!r}  queue {queue}")
+        else:
+            echo(
+                f"MISSING  llm worker for the active model {active!r}: nobody polls {queue}. "
+                f"Start it (DURABLE_RAG_LLM_SERVED_NAME={active} DURABLE_RAG_LLM_MODEL=... "
+                f"durable-rag worker llm), or swap back: durable-rag models swap "
+                f"{self.settings.llm.name}"
+            )
+        return False
 
     def _up_gateway(self, echo: Callable[[str], object]) -> None:
         process = gateway_process(self.data_dir)

@@ -37,7 +37,12 @@ def spawn_worker(data_dir: Path, kind: str, env: dict[str, str] | None = None) -
     return process
 
 
-async def _queue_has_poller(address: str, namespace: str, queue: str, pid: int) -> bool:
+def polled(address: str, namespace: str, queue: str) -> bool:
+    """Whether any worker polls `queue` now."""
+    return asyncio.run(_queue_has_poller(address, namespace, queue, None))
+
+
+async def _queue_has_poller(address: str, namespace: str, queue: str, pid: int | None) -> bool:
     try:
         client = await asyncio.wait_for(Client.connect(address, namespace=namespace), timeout=2)
         return await queue_has_poller(client, queue, pid)

@@ -41,7 +41,8 @@ async def metrics(request: Request) -> Response:
 
 async def readiness(settings: Settings, sessions: Any, rag: RagClient) -> dict[str, str]:
     """Ready: Postgres answers, and each queue the answer path needs has a poller (a worker
-    polls only once its model is loaded)."""
+    polls only once its model is loaded). The LLM queue is the active model's: after a swap,
+    the model the `default` alias names, not the settings' one (whose worker may be gone)."""
     checks: dict[str, str] = {}
     try:
         with sessions() as session:
@@ -53,7 +54,7 @@ async def readiness(settings: Settings, sessions: Any, rag: RagClient) -> dict[s
         "orchestrator worker": settings.temporal.workflow_task_queue,
         "live worker": settings.temporal.live_task_queue,
         "index worker": settings.temporal.index_task_queue,
-        "llm worker": policies.llm_queue(settings.llm.name),
+        "llm worker": policies.llm_queue(await rag.default_model()),
     }
     for name, queue in queues.items():
         checks[name] = (

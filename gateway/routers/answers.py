@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
 from gateway.answering import (
+    ASK_STREAM,
     admit,
     answer_events,
     finish_answer,
@@ -39,7 +40,7 @@ async def ask(
 
 
 @router.post(
-    "/v1/ask/stream",
+    ASK_STREAM,
     response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}}},
 )

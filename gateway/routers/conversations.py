@@ -20,7 +20,7 @@ from temporalio.service import RPCError
 from durable_rag.client import RagClient
 from gateway.answering import CLIENT_LEFT, ClientLeft, admit, open_stream, released, until_done
 from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
-from gateway.errors import error_event, http_error
+from gateway.errors import http_error, stream_error
 from gateway.streams import in_background, text_events
 from ragkit.metrics import ANSWER_TIMEOUTS
 from ragkit.streaming import TokenListener
@@ -29,6 +29,7 @@ from schemas.gateway import MessageBody
 
 router = APIRouter()
 log = logging.getLogger("durable_rag.gateway")
+TURN_STREAM = "/v1/conversations/{conversation_id}/messages/stream"
 
 ConversationIdPath = Annotated[str, Path(pattern=CONVERSATION_ID_PATTERN)]
 
@@ -107,7 +108,7 @@ async def send_message(
 
 
 @router.post(
-    "/v1/conversations/{conversation_id}/messages/stream",
+    TURN_STREAM,
     response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}}},
 )
@@ -155,11 +156,16 @@ async def reply_events(
         yield {"event": "reply", "data": chat_reply.model_dump_json()}
     except TimeoutError:
         ANSWER_TIMEOUTS.labels("turn_stream").inc()
-        yield error_event(504, f"no reply within {timeout:g} s; the turn was cancelled")
+        yield stream_error(
+            TURN_STREAM, 504, f"no reply within {timeout:g} s; the turn was cancelled"
+        )
     except WorkflowUpdateFailedError as exc:
         ended = True
         error = http_error(exc)
-        yield error_event(error.status_code, str(error.detail))
+        yield stream_error(TURN_STREAM, error.status_code, str(error.detail))
+    except Exception as exc:  # after the 200: the client learns it from this event alone
+        log.exception("a conversation stream failed")
+        yield stream_error(TURN_STREAM, 502, f"the stream failed: {exc}")
     finally:
         listener.close_stream(stream_id)
         result.cancel()

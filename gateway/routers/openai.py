@@ -4,6 +4,7 @@ are admitted like `/v1/ask` (429 with Retry-After, OpenAI's error shape), and a 
 leaves or times out cancels its answer."""
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -21,7 +22,7 @@ from gateway.answering import (
     start_streamed_answer,
 )
 from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
-from gateway.errors import http_error
+from gateway.errors import http_error, stream_failed
 from gateway.streams import Reset, Token, relay
 from ragkit.metrics import ANSWER_TIMEOUTS
 from ragkit.streaming import TokenListener
@@ -29,6 +30,8 @@ from schemas.answer import Answer
 from schemas.gateway import ChatCompletionBody
 
 router = APIRouter()
+log = logging.getLogger("durable_rag.gateway")
+COMPLETIONS = "/v1/chat/completions"
 
 
 @router.get("/v1/models")
@@ -36,7 +39,7 @@ async def models(_: Tenant, settings: AppSettings) -> dict[str, Any]:
     return openai_compat.model_list(settings)
 
 
-@router.post("/v1/chat/completions", response_model=None)
+@router.post(COMPLETIONS, response_model=None)
 async def chat_completions(
     body: ChatCompletionBody,
     request: Request,
@@ -57,7 +60,7 @@ async def chat_completions(
     except LookupError as exc:
         raise HTTPException(404, str(exc)) from exc
     except ValueError as exc:
-        raise HTTPException(422, str(exc)) from exc
+        raise HTTPException(400, str(exc)) from exc
     request_key = request.state.request_key
     timeout = settings.access_timeout_seconds
     ticket = await admit(request, admission, rag, model, ask_request.max_answer_tokens)
@@ -107,11 +110,17 @@ async def chunks(
             yield {"data": data}
     except TimeoutError:
         ANSWER_TIMEOUTS.labels("answer_stream").inc()
+        stream_failed(COMPLETIONS, 504)
         yield {"data": openai_compat.error(504, f"no answer within {timeout:g} s")}
     except WorkflowFailureError as exc:
         closed = True
         error = http_error(exc)
+        stream_failed(COMPLETIONS, error.status_code)
         yield {"data": openai_compat.error(error.status_code, str(error.detail))}
+    except Exception as exc:  # after the 200: the client learns it from this event alone
+        log.exception("the completion stream of %s failed", handle.id)
+        stream_failed(COMPLETIONS, 502)
+        yield {"data": openai_compat.error(502, f"the stream failed: {exc}")}
     finally:
         listener.close_stream(stream_id)
         result.cancel()

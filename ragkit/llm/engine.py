@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from schemas.answer import Sampling
+
 log = logging.getLogger(__name__)
 
 Messages = list[dict[str, str]]
@@ -22,6 +24,22 @@ Messages = list[dict[str, str]]
 
 class PromptTooLongError(ValueError):
     """The prompt plus the answer budget does not fit the model's context (R14)."""
+
+
+class InvalidSamplingError(ValueError):
+    """The caller's sampling fields name something this model does not have (a token id)."""
+
+
+GREEDY = Sampling()
+
+
+def check_logit_bias(sampling: Sampling, vocabulary: int) -> None:
+    unknown = sorted(t for t in sampling.logit_bias if not 0 <= t < vocabulary)
+    if unknown:
+        raise InvalidSamplingError(
+            f"logit_bias names token id(s) {unknown[:5]} outside this model's vocabulary "
+            f"of {vocabulary} tokens"
+        )
 
 
 @dataclass(frozen=True)
@@ -61,6 +79,7 @@ class LLMEngine(Protocol):
         max_tokens: int,
         request_id: str,
         on_tokens: Callable[[int, str], None] | None = None,
+        sampling: Sampling = GREEDY,
     ) -> Generation: ...
 
     def running_requests(self) -> int:
@@ -119,12 +138,23 @@ class VllmEngine:
         max_tokens: int,
         request_id: str,
         on_tokens: Callable[[int, str], None] | None = None,
+        sampling: Sampling = GREEDY,
     ) -> Generation:
         from vllm import SamplingParams
 
         prompt = render_chat(self._tokenizer, messages)
         check_fits(count_tokens(self._tokenizer, prompt), max_tokens, self.max_model_len)
-        params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+        check_logit_bias(sampling, len(self._tokenizer))
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+            stop=list(sampling.stop) or None,
+            presence_penalty=sampling.presence_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            logit_bias=dict(sampling.logit_bias) or None,
+        )
         started = time.perf_counter()
         first: float | None = None
         final: Any = None
@@ -156,6 +186,23 @@ class VllmEngine:
 
     def close(self) -> None:
         self._engine.shutdown()
+
+
+def openai_sampling(sampling: Sampling) -> dict[str, Any]:
+    """The request fields of an OpenAI-compatible server for `sampling`; unset ones left out."""
+    fields: dict[str, Any] = {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "presence_penalty": sampling.presence_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+    }
+    if sampling.seed is not None:
+        fields["seed"] = sampling.seed
+    if sampling.stop:
+        fields["stop"] = list(sampling.stop)
+    if sampling.logit_bias:  # JSON object keys are strings
+        fields["logit_bias"] = {str(t): b for t, b in sampling.logit_bias.items()}
+    return fields
 
 
 class OpenAIEngine:
@@ -190,9 +237,11 @@ class OpenAIEngine:
         max_tokens: int,
         request_id: str,
         on_tokens: Callable[[int, str], None] | None = None,
+        sampling: Sampling = GREEDY,
     ) -> Generation:
         prompt_tokens = self.count_prompt_tokens(messages)
         check_fits(prompt_tokens, max_tokens, self.max_model_len)
+        check_logit_bias(sampling, len(self._tokenizer))
         started = time.perf_counter()
         first: float | None = None
         parts: list[str] = []
@@ -205,10 +254,10 @@ class OpenAIEngine:
                 model=self.model_name,
                 messages=cast(Any, messages),
                 max_tokens=max_tokens,
-                temperature=0.0,
                 stream=True,
                 stream_options={"include_usage": True},
                 extra_headers={"X-Request-Id": request_id},
+                **openai_sampling(sampling),
             )
             async with stream:
                 async for chunk in stream:

@@ -17,7 +17,9 @@ import pytest
 from durable_rag.stack import EmbeddedStack
 from durable_rag.stack.process import Process, StackError, free_port, pid_alive
 from durable_rag.stack.temporal import TemporalDevServer
+from ragkit.db import make_sessionmaker
 from ragkit.settings import Settings
+from ragkit.store import model_alias
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -67,6 +69,29 @@ def test_up_is_idempotent_and_down_stops_everything_by_pid(stack: EmbeddedStack)
     assert not any(pid_alive(pid) for pid in pids)
     status = {p.name: p.running for p in stack.status()}
     assert not any(status.values())
+
+
+def test_up_follows_the_active_model_after_a_swap(stack: EmbeddedStack) -> None:
+    """Before a swap the stack's LLM worker serves the active model; after one to a model nobody
+    serves, `up` does not start the settings' model again and says what to do."""
+    stack.up(workers=False, echo=lambda _: None)
+    served = stack.settings.llm.name
+    assert stack.serves_the_active_model(echo=lambda _: None)
+    sessions = make_sessionmaker(stack.settings.postgres.sqlalchemy_url)
+    try:
+        model_alias.activate(sessions, "swapped-in", served)
+        lines: list[str] = []
+        assert not stack.serves_the_active_model(echo=lines.append)
+        assert lines == [
+            "MISSING  llm worker for the active model 'swapped-in': nobody polls "
+            "llm-swapped-in. Start it (DURABLE_RAG_LLM_SERVED_NAME=swapped-in "
+            "DURABLE_RAG_LLM_MODEL=... durable-rag worker llm), or swap back: durable-rag "
+            f"models swap {served}"
+        ]
+        model_alias.activate(sessions, served, served)
+        assert stack.serves_the_active_model(echo=lambda _: None)
+    finally:
+        sessions.kw["bind"].dispose()
 
 
 def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:

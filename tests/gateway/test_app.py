@@ -19,7 +19,7 @@ from gateway.app import create_app
 from ragkit.embedding import Embedder
 from ragkit.ids import conversation_workflow_id
 from ragkit.llm.engine import VllmEngine
-from ragkit.store import keys
+from ragkit.store import keys, model_alias
 from schemas.conversation import ConversationKey, TurnToCancel
 from tests.conftest import Database, answer_of
 from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
@@ -84,11 +84,7 @@ async def test_health_needs_no_key_and_everything_else_does(
     assert keys.revoke_key(module_database.sessions, info.prefix) is not None
     async with gateway(client, module_database, embedder, engine, gateway_data) as (http, _):
         assert (await http.get("/healthz")).status_code == 200
-        # A worker shows as a poller once its first poll reaches the server: ready soon after.
-        deadline = time.monotonic() + 30
-        while (ready := await http.get("/readyz")).status_code != 200:
-            assert time.monotonic() < deadline, ready.text
-            await asyncio.sleep(0.5)
+        ready = await until_ready(http)
         assert ready.json()["ready"] is True
         for headers in ({}, bearer("drk_not-a-key"), bearer(revoked), {"X-API-Key": "nope"}):
             response = await http.post("/v1/ask", json={"question": QUESTION}, headers=headers)
@@ -97,6 +93,15 @@ async def test_health_needs_no_key_and_everything_else_does(
         assert (await http.get("/v1/conversations/x", headers=bearer(key))).status_code == 404
         openapi = (await http.get("/openapi.json")).json()
         assert "/v1/ask" in openapi["paths"]
+
+
+async def until_ready(http: httpx.AsyncClient) -> httpx.Response:
+    """A worker shows as a poller once its first poll reaches the server: ready soon after."""
+    deadline = time.monotonic() + 30
+    while (ready := await http.get("/readyz")).status_code != 200:
+        assert time.monotonic() < deadline, ready.text
+        await asyncio.sleep(0.5)
+    return ready
 
 
 async def test_readyz_is_false_until_every_worker_polls(
@@ -116,6 +121,27 @@ async def test_readyz_is_false_until_every_worker_polls(
     assert response.status_code == 503
     checks = response.json()["checks"]
     assert checks["llm worker"] != "ok" and checks["postgres"] == "ok", checks
+
+
+async def test_readyz_follows_the_active_model_after_a_swap(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    gateway_data: Path,
+) -> None:
+    """A swap points the `default` alias elsewhere: readiness asks for that model's worker."""
+    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, rag):
+        served = rag.settings.llm.name
+        await until_ready(http)
+        model_alias.activate(module_database.sessions, "swapped-in", served)
+        try:
+            response = await http.get("/readyz")
+            assert response.status_code == 503
+            assert response.json()["checks"]["llm worker"] == "nobody polls llm-swapped-in"
+        finally:
+            model_alias.activate(module_database.sessions, served, served)
+        await until_ready(http)
 
 
 async def test_bad_input_gets_a_precise_4xx_and_starts_nothing(

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from gateway import openai_compat
 from ragkit.settings import Settings
+from schemas.answer import Sampling
 from schemas.gateway import ChatCompletionBody
 
 
@@ -107,3 +108,59 @@ def test_error_chunks_have_openais_shape() -> None:
         "type": "api_error",
         "code": 504,
     }
+    assert json.loads(openai_compat.error(422, "bad"))["error"]["code"] == 400
+
+
+def test_sampling_fields_reach_the_request_and_greedy_is_the_default() -> None:
+    plain, _ = openai_compat.to_ask(body(("user", "q")), "t", None, 600)
+    assert plain.sampling == Sampling() and plain.sampling.is_default
+    assert plain.sampling.temperature == 0.0
+    given, _ = openai_compat.to_ask(
+        body(
+            ("user", "q"),
+            stop="\n\n",
+            seed=7,
+            temperature=0.7,
+            top_p=0.9,
+            presence_penalty=0.5,
+            frequency_penalty=-0.5,
+            logit_bias={"42": -100},
+        ),
+        "t",
+        None,
+        600,
+    )
+    assert given.sampling == Sampling(
+        stop=["\n\n"],
+        seed=7,
+        temperature=0.7,
+        top_p=0.9,
+        presence_penalty=0.5,
+        frequency_penalty=-0.5,
+        logit_bias={42: -100.0},
+    )
+    assert not given.sampling.is_default
+    several, _ = openai_compat.to_ask(body(("user", "q"), stop=["a", "b"]), "t", None, 600)
+    assert several.sampling.stop == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"logprobs": True}, ["logprobs: not supported here", "accepted: model, messages"]),
+        ({"tools": []}, ["tools: not supported here"]),
+        ({"response_format": {"type": "json_object"}}, ["'json_object' is not supported"]),
+        ({"stop": ["a", "b", "c", "d", "e"]}, ["stop"]),
+        ({"stop": ""}, ["stop"]),
+        ({"logit_bias": {"1": 101}}, ["logit_bias.1"]),
+        ({"presence_penalty": 3}, ["presence_penalty"]),
+    ],
+)
+def test_fields_not_honoured_are_refused_by_name(
+    fields: dict[str, object], words: list[str]
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        body(("user", "q"), **fields)
+    message = openai_compat.invalid_message(list(caught.value.errors()))  # type: ignore[arg-type]
+    for word in words:
+        assert word in message, message

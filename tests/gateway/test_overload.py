@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -258,6 +260,18 @@ async def timed_out(engine: VllmEngine, request: Awaitable[T]) -> tuple[T, float
     return outcome, ended - started, await stopped_after(engine, ended)
 
 
+async def stream_errors(http: httpx.AsyncClient, route: str, status: str) -> float:
+    """durable_rag_http_stream_errors_total for `route` and `status`, as /metrics serves it."""
+    text = (await http.get("/metrics")).text
+    found = re.search(
+        rf'^durable_rag_http_stream_errors_total\{{route="{re.escape(route)}",status="{status}"\}} '
+        r"([0-9.e+-]+)$",
+        text,
+        re.M,
+    )
+    return float(found.group(1)) if found else 0.0
+
+
 async def test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops(
     client: Client,
     module_database: Database,
@@ -295,8 +309,11 @@ async def test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops(
             ) as events:
                 return [pair async for pair in sse(events)]
 
+        failed_streams = await stream_errors(http, "/v1/ask/stream", "504")
         events, _, stream_stopped = await timed_out(engine, streamed())
         assert events[-1][0] == "error" and json.loads(events[-1][1])["status"] == 504, events
+        # Its response was a 200: the error SLI sees the failure through this counter alone.
+        assert await stream_errors(http, "/v1/ask/stream", "504") == failed_streams + 1
         assert await closed_status(client, answer_of("t", stream_id)) == "CANCELED"
 
         turn, _, turn_stopped = await timed_out(

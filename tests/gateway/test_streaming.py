@@ -361,7 +361,7 @@ async def test_the_official_openai_client_works_streaming_and_not(
             await oa.chat.completions.create(
                 model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
             )
-        with pytest.raises(openai.UnprocessableEntityError, match="last message"):
+        with pytest.raises(openai.BadRequestError, match="last message"):
             await oa.chat.completions.create(
                 model="durable-rag", messages=[{"role": "assistant", "content": "hi"}]
             )
@@ -370,6 +370,70 @@ async def test_the_official_openai_client_works_streaming_and_not(
                 base_url=f"{url}/v1", api_key="drk_wrong", max_retries=0
             ).chat.completions.create(
                 model="durable-rag", messages=[{"role": "user", "content": "hi"}]
+            )
+
+
+async def test_the_official_openai_client_sends_stop_and_the_answer_stops_there(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    stream_data: Path,
+) -> None:
+    """`stop` reaches the engine, plain and streamed; fields the service cannot honour get a
+    400 that names them."""
+    _, key = keys.create_key(module_database.sessions, "t")
+    async with served(client, module_database, embedder, engine, stream_data) as (http, _):
+        url = str(http.base_url).rstrip("/")
+        oa = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+        question = [{"role": "user", "content": QUESTION}]
+        whole = await oa.chat.completions.create(
+            model="durable-rag",
+            messages=question,
+            max_tokens=32,  # type: ignore[arg-type]
+        )
+        text = whole.choices[0].message.content or ""
+        # A word well inside the greedy answer: generation must end just before it.
+        words = [w for w in text.split() if len(w) >= 3]
+        assert len(words) >= 4, f"the answer is too short to cut: {text!r}"
+        stop = words[len(words) // 2]
+        expected = text[: text.index(stop)].strip()
+        cut = await oa.chat.completions.create(
+            model="durable-rag",
+            messages=question,  # type: ignore[arg-type]
+            max_tokens=32,
+            stop=[stop],
+        )
+        assert cut.choices[0].message.content == expected, (text, stop)
+        streamed = await oa.chat.completions.create(
+            model="durable-rag",
+            messages=question,  # type: ignore[arg-type]
+            max_tokens=32,
+            stop=stop,
+            stream=True,
+        )
+        pieces = [c.choices[0].delta.content or "" async for c in streamed if c.choices]
+        assert "".join(pieces).strip() == expected, (text, stop, pieces)
+
+        with pytest.raises(openai.BadRequestError, match="logprobs: not supported here"):
+            await oa.chat.completions.create(
+                model="durable-rag",
+                messages=question,  # type: ignore[arg-type]
+                logprobs=True,
+            )
+        with pytest.raises(openai.BadRequestError, match="'json_object' is not supported"):
+            await oa.chat.completions.create(
+                model="durable-rag",
+                messages=question,  # type: ignore[arg-type]
+                response_format={"type": "json_object"},
+            )
+        # A token id the model does not have: the engine's refusal, typed, as a 400.
+        with pytest.raises(openai.BadRequestError, match="outside this model's vocabulary"):
+            await oa.chat.completions.create(
+                model="durable-rag",
+                messages=question,  # type: ignore[arg-type]
+                max_tokens=4,
+                logit_bias={"99999999": 5},
             )
 
 

@@ -71,3 +71,33 @@ def test_concurrent_queries_are_encoded_together_with_the_same_vectors(
     for a, b in zip(alone, together, strict=True):
         assert np.allclose(a, b, atol=1e-5)
     assert calls < len(questions), f"{calls} encoder calls for {len(questions)} queries"
+
+
+def test_a_failed_batch_fails_each_query_with_the_encoders_error(embedder: Embedder) -> None:
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    encode = embedder._model.encode_queries
+    calls = 0
+
+    def failing(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        time.sleep(0.2)  # the other callers queue up behind this one meanwhile
+        raise RuntimeError("the encoder is gone")
+
+    def outcome(question: str) -> str:
+        try:
+            embedder.embed_query(question)
+        except RuntimeError as exc:
+            return str(exc)
+        return "no error"
+
+    embedder._model.encode_queries = failing
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            seen = list(pool.map(outcome, [f"question {n}" for n in range(8)]))
+    finally:
+        embedder._model.encode_queries = encode
+    assert seen == ["the encoder is gone"] * 8
+    assert calls < 8, "the queries were not batched, so this proves nothing"

@@ -14,9 +14,15 @@ from collections.abc import Iterator
 import pytest
 
 from durable_rag.stack.process import free_port
-from ragkit.llm.engine import OpenAIEngine, PromptTooLongError
+from ragkit.llm.engine import (
+    InvalidSamplingError,
+    OpenAIEngine,
+    PromptTooLongError,
+    openai_sampling,
+)
 from ragkit.llm.models import PACKAGED_SMOLLM2, resolve_generator
 from ragkit.settings import Settings
+from schemas.answer import Sampling
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -112,3 +118,28 @@ async def test_cancelling_stops_generation_on_the_server(server: tuple[int, str]
         assert time.monotonic() - cancelled < 5, "the server kept generating"
         await asyncio.sleep(0.05)
     assert time.monotonic() - cancelled < 1.0
+
+
+async def test_sampling_fields_reach_the_server(server: tuple[int, str]) -> None:
+    engine = engine_for(*server)
+    messages = [{"role": "user", "content": "Name the planets of the solar system, in order."}]
+    whole = (await engine.generate(messages, 32, "req-4")).text
+    words = [w.strip(",.") for w in whole.split() if len(w.strip(",.")) >= 4]
+    assert len(words) >= 3, whole
+    stop = words[len(words) // 2]
+    cut = await engine.generate(messages, 32, "req-5", sampling=Sampling(stop=[stop]))
+    assert cut.text.rstrip() == whole[: whole.index(stop)].rstrip(), (whole, stop)
+    assert cut.finish_reason == "stop"
+    with pytest.raises(InvalidSamplingError, match="outside this model's vocabulary"):
+        await engine.generate(messages, 4, "req-6", sampling=Sampling(logit_bias={10**8: 1.0}))
+
+
+def test_only_the_sampling_fields_set_are_sent() -> None:
+    assert openai_sampling(Sampling()) == {
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+    }
+    sent = openai_sampling(Sampling(stop=["\n"], seed=3, logit_bias={7: -100}))
+    assert sent["stop"] == ["\n"] and sent["seed"] == 3 and sent["logit_bias"] == {"7": -100.0}

@@ -66,12 +66,13 @@ def temporal_runtime(bind_address: str) -> Runtime:
 def refuse_unless_cuda_works(what: str) -> None:
     """R30: a GPU worker whose driver, torch build and devices disagree exits at once, with the
     reason (exit status 1), before it loads a model or polls a queue."""
+    facts = cuda.probe()
     try:
-        cuda.check(cuda.probe(), what)
+        cuda.check(facts, what)
     except cuda.CudaMismatch as exc:
         log.critical("refusing to start: %s", exc)
         raise SystemExit(f"refusing to start: {exc}") from exc
-    log.info("CUDA check passed for %s: %s", what, cuda.probe().describe())
+    log.info("CUDA check passed for %s: %s", what, facts.describe())
 
 
 def worker_interceptors(settings: Settings) -> list[Interceptor]:

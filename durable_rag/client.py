@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
@@ -35,7 +36,7 @@ from ragkit import ids, prompts
 from ragkit.db import make_sessionmaker
 from ragkit.settings import Settings
 from ragkit.sources import Source
-from ragkit.store import model_alias, uploads
+from ragkit.store import model_alias, served_models, uploads
 from ragkit.store.history import read_history
 from ragkit.temporal import connect
 from schemas.answer import (
@@ -102,6 +103,9 @@ class IdempotencyConflict(ValueError):
 
 # Tokens of the system prompt, the passage numbering and the chat template around the passages.
 PROMPT_OVERHEAD_TOKENS = 200
+# How long a client trusts what it last read of the served models' context lengths: a worker
+# restarted with another max_model_len is budgeted for within this many seconds.
+SERVED_MODELS_TTL_SECONDS = 10.0
 
 
 class RagClient:
@@ -112,6 +116,9 @@ class RagClient:
         self.settings = settings
         # Reads of the record (conversation history) go straight to Postgres; made on first use.
         self._sessions = sessions
+        # model -> the context length its LLM worker announced (ragkit/store/served_models.py)
+        self._served: dict[str, int] = {}
+        self._served_read_at = float("-inf")
 
     @property
     def sessions(self) -> sessionmaker[Session]:
@@ -448,6 +455,7 @@ class RagClient:
 
     async def default_model(self) -> str:
         """The model new answers go to: the `default` alias a swap sets, else the settings'."""
+        await self.refresh_served_models()
         try:
             return await asyncio.to_thread(
                 model_alias.active, self.sessions, self.settings.llm.name
@@ -457,21 +465,47 @@ class RagClient:
             log.warning("cannot read the default model (%s); using %s", exc, self.settings.llm.name)
             return self.settings.llm.name
 
-    def context_tokens(self, max_answer_tokens: int) -> int:
-        """What the model's context leaves for the question, history and passages once an answer
-        of `max_answer_tokens` fits. ValueError when the answer is over the limit or leaves no
-        room: every entry point checks this before it starts anything."""
+    async def refresh_served_models(self, force: bool = False) -> None:
+        """Read the context length each LLM worker announced, at most every
+        SERVED_MODELS_TTL_SECONDS (every live entry point calls this before it plans)."""
+        now = time.monotonic()
+        if not force and now - self._served_read_at < SERVED_MODELS_TTL_SECONDS:
+            return
+        try:
+            self._served = await asyncio.to_thread(served_models.context_lengths, self.sessions)
+        except SQLAlchemyError as exc:
+            log.warning("cannot read the served models' context lengths (%s)", exc)
+        self._served_read_at = now
+
+    def max_model_len(self, model: str = "") -> int:
+        """The context every model an answer to `model` may call has: the smallest of the model,
+        the fallback, the router's models and the shadow's, each as its worker announced it. A
+        model no worker announced yet counts with the settings' DURABLE_RAG_LLM_MAX_MODEL_LEN."""
+        s = self.settings
+        models = {model or s.llm.name, s.llm.fallback_model}
+        if s.router.small_model:
+            models |= {s.router.small_model, s.router.large_model}
+        if s.shadow.sample_rate > 0:
+            models.add(s.shadow.model)
+        return min(self._served.get(m, s.llm.max_model_len) for m in models if m)
+
+    def context_tokens(self, max_answer_tokens: int, model: str = "") -> int:
+        """What the context of the models that may answer (max_model_len) leaves for the question,
+        history and passages once an answer of `max_answer_tokens` fits. ValueError when the
+        answer is over the limit or leaves no room: every entry point checks this before it
+        starts anything."""
         s = self.settings
         if max_answer_tokens > s.llm.max_answer_tokens:
             raise ValueError(
                 f"max_answer_tokens {max_answer_tokens} is over the limit of "
                 f"{s.llm.max_answer_tokens} (DURABLE_RAG_LLM_MAX_ANSWER_TOKENS)"
             )
-        context = s.llm.max_model_len - max_answer_tokens - PROMPT_OVERHEAD_TOKENS
+        length = self.max_model_len(model)
+        context = length - max_answer_tokens - PROMPT_OVERHEAD_TOKENS
         if context < 64:
             raise ValueError(
                 f"an answer of {max_answer_tokens} tokens leaves no room for context in "
-                f"the model's {s.llm.max_model_len} tokens"
+                f"the model's {length} tokens"
             )
         return context
 
@@ -482,7 +516,7 @@ class RagClient:
         return AnswerPlan(
             model=model or s.llm.name,
             fallback_model=s.llm.fallback_model,
-            context_tokens=self.context_tokens(max_answer_tokens),
+            context_tokens=self.context_tokens(max_answer_tokens, model),
             retrieval=self.retrieval_plan(top_k),
             cache_answers=s.answer.cache,
             keep_transcript=s.answer.transcripts,
@@ -518,6 +552,7 @@ class RagClient:
         read twice."""
         trace = ids.trace_id(request.tenant, request_key, uuid.uuid4().hex)
         workflow_id = ids.answer_workflow_id(trace)
+        await self.refresh_served_models()
         plan = self.answer_plan(
             request.max_answer_tokens,
             request.top_k,
@@ -602,6 +637,9 @@ class RagClient:
         """Send one message; the conversation's workflow starts if it is not running. Messages
         to one conversation are applied one at a time, in order. A retried call with the same
         `message_id` is applied once."""
+        model = await self.default_model()
+        # The limits of ask, before anything starts; the passages' budget is this message's.
+        context_tokens = self.context_tokens(max_answer_tokens, model)
         request = ChatRequest(
             tenant=tenant or self.settings.default_tenant,
             conversation_id=conversation_id,
@@ -610,9 +648,9 @@ class RagClient:
             top_k=top_k,
             max_answer_tokens=max_answer_tokens,
             stream_id=stream_id,
-            model=await self.default_model(),
+            model=model,
+            context_tokens=context_tokens,
         )
-        self.context_tokens(max_answer_tokens)  # the limits of ask, before anything starts
         reply: ChatReply = await self._to_conversation(
             request.tenant,
             conversation_id,

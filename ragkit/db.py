@@ -343,6 +343,19 @@ class ModelAlias(Base):
     )
 
 
+class ServedModel(Base):
+    """What each LLM worker serves, announced at its start: the context length gateways budget
+    prompts from, per model (ragkit/store/served_models.py)."""
+
+    __tablename__ = "served_models"
+
+    model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    max_model_len: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
 class GenerationStatus:
     BUILDING = "building"  # receives every write and the rebuild's copy; serves no query
     ACTIVE = "active"  # serves queries; one per collection

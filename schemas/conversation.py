@@ -34,6 +34,13 @@ class ChatRequest(Contract):
         description="The default model when the message was sent (a swap reaches running "
         "conversations); empty: the conversation's plan.",
     )
+    context_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=1_048_576,
+        description="The passages' budget for this message's model and answer length (the "
+        "context its worker serves); 0: the conversation's plan.",
+    )
 
 
 class TurnMessage(Contract):

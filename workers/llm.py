@@ -3,7 +3,9 @@
 It loads the engine first and polls only once the model is ready (readiness, R15). Its activity
 slots (llm_max_concurrent_generations) bound the generations in flight; the engine batches them
 continuously (R10). Heartbeats go out every 200 ms so a cancellation reaches the engine fast.
-Streamed generations publish their text on Postgres NOTIFY (ragkit/streaming.py).
+Streamed generations publish their text on Postgres NOTIFY (ragkit/streaming.py). Before it polls
+it announces its model's context length (ragkit/store/served_models.py): clients budget prompts
+for the model from it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from temporalio.worker import Worker
 
 from activities.inference import InferenceActivities
 from ragkit import policies
+from ragkit.db import make_sessionmaker
 from ragkit.gpu import register_gpu_metrics
 from ragkit.llm.engine import EngineConfig, LLMEngine, OpenAIEngine, VllmEngine
 from ragkit.llm.models import resolve_generator
@@ -25,6 +28,7 @@ from ragkit.logs import setup_logging
 from ragkit.metrics import LLM_RUNNING
 from ragkit.policies import PolicyTable
 from ragkit.settings import Settings
+from ragkit.store import served_models
 from ragkit.streaming import TokenPublisher
 from ragkit.temporal import connect
 from workers.common import (
@@ -87,12 +91,25 @@ def build_worker(
     )
 
 
+async def announce(settings: Settings, engine: LLMEngine) -> None:
+    """Record the model's context length in Postgres: gateways budget prompts for this model
+    from what it serves, not from their own settings."""
+    sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
+    try:
+        await asyncio.to_thread(
+            served_models.announce, sessions, engine.model_name, engine.max_model_len
+        )
+    finally:
+        sessions.kw["bind"].dispose()
+
+
 async def main(settings: Settings) -> None:
     setup_logging(settings)
     if settings.llm.backend == "vllm" and settings.llm.device == "cuda":
         refuse_unless_cuda_works("the LLM worker (DURABLE_RAG_LLM_DEVICE=cuda)")
     register_gpu_metrics()  # reports nothing where there is no NVIDIA driver
     engine = load_engine(settings)  # before polling: no traffic until the model is loaded
+    await announce(settings, engine)
     client = await connect(settings, make_runtime(settings))
 
     async def close_engine() -> None:

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from ragkit.retrieval import estimate_tokens
     from schemas.answer import (
         Answer,
+        AnswerPlan,
         AnswerWorkflowInput,
         AskRequest,
         ChatMessage,
@@ -352,6 +353,16 @@ class ConversationWorkflow:
                 non_retryable=True,
             )
 
+    def _plan_for(self, request: ChatRequest) -> AnswerPlan:
+        """The conversation's plan, with the model and passages' budget the message was sent
+        with (a swap, or a worker serving another context, reaches running conversations)."""
+        update: dict[str, object] = {}
+        if request.model:
+            update["model"] = request.model
+        if request.context_tokens:
+            update["context_tokens"] = request.context_tokens
+        return self.input.plan.model_copy(update=update) if update else self.input.plan
+
     async def _answer(
         self, request: ChatRequest, ordinal: int, history: ConversationWindow
     ) -> Answer:
@@ -368,9 +379,7 @@ class ConversationWorkflow:
                     top_k=request.top_k,
                     max_answer_tokens=request.max_answer_tokens,
                 ),
-                plan=self.input.plan.model_copy(update={"model": request.model})
-                if request.model
-                else self.input.plan,
+                plan=self._plan_for(request),
                 history=history,
                 stream_id=request.stream_id,
             ),

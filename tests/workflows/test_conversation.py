@@ -14,15 +14,19 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from sqlalchemy import delete
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from durable_rag.client import RagClient
+from durable_rag.client import PROMPT_OVERHEAD_TOKENS, RagClient
 from durable_rag.stack.process import Process
 from durable_rag.stack.temporal import TemporalDevServer
 from durable_rag.stack.workers import spawn_worker, wait_worker_ready
+from ragkit.db import ServedModel
 from ragkit.embedding import Embedder
 from ragkit.ids import conversation_workflow_id
 from ragkit.llm.engine import VllmEngine
+from ragkit.store import served_models
+from schemas.answer import AnswerWorkflowInput
 from schemas.conversation import ChatRequest, ConversationHistory, ConversationKey
 from tests.conftest import Database
 from tests.workflows.test_answer import answering, ingest_sample
@@ -343,3 +347,35 @@ def test_bad_messages_are_refused_before_anything_starts(
     with pytest.raises(ValidationError) as info:
         ChatRequest(**values)  # type: ignore[arg-type]
     assert info.value.errors()[0]["loc"][0] == where
+
+
+async def test_a_turn_is_budgeted_for_the_context_its_model_is_served_with(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    conversation_data: Path,
+) -> None:
+    """The worker of the turn's model announced a context smaller than the gateway's setting:
+    the turn's answer is planned for that context, not the conversation's start plan."""
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    async with answering(client, module_database, embedder, engine, conversation_data) as (
+        _,
+        rag,
+        model,
+    ):
+        served_models.announce(module_database.sessions, model, 1024)
+        try:
+            reply = await rag.chat(conversation, QUESTIONS[0], "t", max_answer_tokens=24, top_k=2)
+        finally:
+            with module_database.sessions.begin() as session:
+                session.execute(delete(ServedModel).where(ServedModel.model == model))
+        history = await client.get_workflow_handle(reply.answer.trace_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    (answer_input,) = await client.data_converter.decode(
+        started.input.payloads, [AnswerWorkflowInput]
+    )
+    assert answer_input.plan.model == model
+    assert answer_input.plan.context_tokens == 1024 - 24 - PROMPT_OVERHEAD_TOKENS
+    assert rag.settings.llm.max_model_len > 1024  # the start plan would have allowed more
+    assert reply.answer.tokens.prompt <= 1024 - 24

@@ -69,7 +69,8 @@ REQUESTS ?= 100
 serving: venv
 	$(BIN)/python bench/serving.py --requests $(REQUESTS)
 
-# The whole fault matrix (9 faults on a stack of real processes, ~12 min); CI runs a subset.
+# The whole fault matrix (9 faults and the scale-out row on a stack of real processes, ~25 min); CI
+# runs a subset.
 faults: venv
 	$(BIN)/python bench/faults.py
 

@@ -37,6 +37,7 @@ from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.service import RPCError  # noqa: E402
 
+from bench import scaleout  # noqa: E402
 from bench.load import (  # noqa: E402
     MixedLoad,
     Outcome,
@@ -234,6 +235,13 @@ FAULTS: dict[str, Fault] = {
         moment=answers_in_retrieval,
     ),
 }
+# Not a fault of FAULTS: a second orchestrator, LLM worker and gateway join, then one of each is
+# SIGKILLed (bench/scaleout.py). Last in the matrix: it loads a second model.
+SCALE_OUT = "scale_out"
+SCALE_OUT_WHAT = (
+    "two orchestrator workers, two LLM workers and two gateways; one of each SIGKILLed mid-load "
+    "(throughput of one of each against two in the row)"
+)
 # The subset CI runs (tests/bench/test_reliability.py): one of each kind of fault (a process
 # crash, a dependency restart, a failing write, a timeout), none that reloads the model.
 FAST = ["worker_sigkill", "postgres_restart", "disk_full", "slow_activity"]
@@ -251,6 +259,8 @@ class Row:
     p50_ms: float = 0.0
     p99_ms: float = 0.0
     fault_s: float = 0.0  # from the fault to healed (a restart: how long it took)
+    ratio: float | None = None  # scale_out: throughput with two of each over one of each
+    spread: dict[str, float] = field(default_factory=dict)  # scale_out: work per process
     seconds: float = 0.0
     degradations: dict[str, int] = field(default_factory=dict)  # degraded requests by kind
     struck: int = 0  # workflows inside the step the fault was aimed at when it struck
@@ -288,19 +298,39 @@ async def run_fault(
     await asyncio.sleep(3 if fault.outage else window)
     stop.set()
     await running
-    stored, chunks[tenant] = await asyncio.to_thread(
-        verify_postgres, stack.settings, tenant, load.ledger
-    )
-    still_open = await running_workflows(client)
     retried = await retried_tasks(client, inside)
-    ledger = load.ledger
-    slow = await slowest(client, ledger.outcomes)
-    p50, p99 = latency_summary(ledger.outcomes)
-    failures = [f"{o.kind}: {o.detail}" for o in ledger.outcomes if o.status == "failed"]
     aimed = [
         f"struck inside {len(inside)} answer(s) ({', '.join(inside)}); {retried} ran their "
         "workflow task again after it timed out"
     ] if fault.moment is not None else []  # fmt: skip
+    row = await checked(stack, client, name, tenant, load, chunks, aimed)
+    row.fault_s, row.seconds = fault_s, time.monotonic() - began
+    row.struck, row.retried = len(inside), retried
+    return row
+
+
+async def checked(
+    stack: ProcessStack,
+    client: Client,
+    name: str,
+    tenant: str,
+    load: MixedLoad,
+    chunks: dict[str, set[str]],
+    notes: list[str],
+) -> Row:
+    """The row of a fault whose load has stopped: what Postgres and Temporal say of it."""
+    stored, chunks[tenant] = await asyncio.to_thread(
+        verify_postgres, stack.settings, tenant, load.ledger
+    )
+    still_open = await running_workflows(client)
+    ledger = load.ledger
+    slow = await slowest(client, ledger.outcomes)
+    p50, p99 = latency_summary(ledger.outcomes)
+    failures = [f"{o.kind}: {o.detail}" for o in ledger.outcomes if o.status == "failed"]
+    why: dict[str, str] = {}
+    for o in ledger.outcomes:
+        for kind, message in o.degradations.items():
+            why.setdefault(kind, message)
     return Row(
         fault=name,
         requests=ledger.count(),
@@ -311,25 +341,71 @@ async def run_fault(
         left_running=len(still_open),
         p50_ms=p50,
         p99_ms=p99,
-        fault_s=fault_s,
-        seconds=time.monotonic() - began,
         degradations=ledger.degradations(),
-        struck=len(inside),
-        retried=retried,
-        details=stored.details
+        details=notes
+        + stored.details
         + failures[:3]
         + [f"open: {w}" for w in still_open[:3]]
-        + aimed
+        + [f"{kind}, first: {message[:160]}" for kind, message in why.items()]
         + slow,
     )
 
 
-async def run_matrix(stack: ProcessStack, names: list[str], window: float) -> list[Row]:
-    """Each fault in turn on the running stack; then the index check for all of them."""
+async def run_scale_out(
+    stack: ProcessStack,
+    window: float,
+    chunks: dict[str, set[str]],
+    kinds: tuple[str, ...] = scaleout.SCALED,
+) -> Row:
+    """Two of each of `kinds` and two gateways, one of each SIGKILLed mid-load (bench/
+    scaleout.py). The throughput of one of each against two, each over max(window, 30) s, and
+    the work each process did go in the row."""
+    tenant = "fault-scale-out"
+    began = time.monotonic()
+    client = await connect(stack.settings, quiet_runtime())
+    key = await asyncio.to_thread(scaleout.api_key, stack, tenant)
+    first = await asyncio.to_thread(stack.start_gateway, 1)
+    load = scaleout.GatewayLoad(
+        client, stack.settings, tenant, stack.work / "corpus" / tenant, key, [first]
+    )
+    try:
+        await load.seed()
+        stop = asyncio.Event()
+        running = asyncio.create_task(load.run(stop))
+        measured = await scaleout.scale_out(stack, load, max(window, 30.0), kinds)
+        struck = time.monotonic()
+        await asyncio.to_thread(scaleout.kill_one_of_each, stack, kinds)
+        await asyncio.sleep(2)  # a load balancer's health check takes the dead gateway out
+        load.gateways = load.gateways[1:]
+        await asyncio.sleep(window)
+        fault_s = time.monotonic() - struck
+        stop.set()
+        await running
+        measured.failovers = load.failovers
+    finally:
+        await load.close()
+    row = await checked(stack, client, SCALE_OUT, tenant, load, chunks, measured.lines())
+    row.fault_s, row.seconds = fault_s, time.monotonic() - began
+    row.ratio, row.spread = measured.ratio, measured.spread
+    await asyncio.to_thread(scaleout.restore_one_of_each, stack, kinds)
+    return row
+
+
+async def run_matrix(
+    stack: ProcessStack,
+    names: list[str],
+    window: float,
+    scaled: tuple[str, ...] = scaleout.SCALED,
+) -> list[Row]:
+    """Each fault in turn on the running stack; then the index check for all of them.
+    `scaled`: the kinds of worker scale_out runs two of (CI leaves the LLM worker at one)."""
     rows: list[Row] = []
     chunks: dict[str, set[str]] = {}
     for name in names:
-        rows.append(await run_fault(stack, name, window, chunks))
+        if name == SCALE_OUT:
+            rows.append(await run_scale_out(stack, window, chunks, scaled))
+        else:
+            rows.append(await run_fault(stack, name, window, chunks))
         print(format_table(rows[-1:]), flush=True)
     # The embedded index is open in the index worker: check it once, with the worker stopped.
     await asyncio.to_thread(stack.stop_worker, "index")
@@ -369,7 +445,7 @@ async def main_async(names: list[str], window: float, json_path: Path | None) ->
         await asyncio.to_thread(stack.close)
     print(f"\nFault matrix: {len(rows)} faults, {window:.0f} s each, {os.cpu_count()} CPUs")
     for name in names:
-        print(f"  {name}: {FAULTS[name].what}")
+        print(f"  {name}: {SCALE_OUT_WHAT if name == SCALE_OUT else FAULTS[name].what}")
     print(format_table(rows))
     if json_path:
         json_path.write_text(
@@ -380,14 +456,16 @@ async def main_async(names: list[str], window: float, json_path: Path | None) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated; or 'fast'")
+    parser.add_argument(
+        "--faults", default=",".join([*FAULTS, SCALE_OUT]), help="comma-separated; or 'fast'"
+    )
     parser.add_argument("--window", type=float, default=15.0, help="seconds each fault lasts")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     names = FAST if args.faults == "fast" else [n.strip() for n in args.faults.split(",")]
-    unknown = [n for n in names if n not in FAULTS]
+    unknown = [n for n in names if n not in FAULTS and n != SCALE_OUT]
     if unknown:
-        parser.error(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
+        parser.error(f"unknown fault(s) {unknown}; known: {', '.join([*FAULTS, SCALE_OUT])}")
     sys.exit(asyncio.run(main_async(names, args.window, args.json)))
 
 

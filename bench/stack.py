@@ -3,7 +3,9 @@ the fault matrix breaks.
 
 Temporal dev server (SQLite file), Postgres, and the orchestrator, index and LLM workers each run
 as their own process, as `durable-rag up` starts them, so a fault is a real one: a worker is
-SIGKILLed, a server is stopped and started again on the same files. Parts are started and stopped
+SIGKILLed, a server is stopped and started again on the same files. More than one worker of a kind
+(instance 2, 3...) and gateways can be added, as a deployment that grows adds them (bench/
+scaleout.py). Every worker serves its metrics on a port of its own. Parts are started and stopped
 by PID; `close()` stops everything and removes the folder.
 """
 
@@ -16,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -28,7 +31,13 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from durable_rag.stack.postgres import EmbeddedPostgres, migrate
 from durable_rag.stack.process import Process, free_port, port_in_use
 from durable_rag.stack.temporal import TemporalDevServer
-from durable_rag.stack.workers import spawn_worker, wait_worker_ready, worker_process, worker_queue
+from durable_rag.stack.workers import (
+    gateway_process,
+    wait_gateway_ready,
+    wait_worker_ready,
+    worker_process,
+    worker_queue,
+)
 from ragkit import failpoints
 from ragkit.llm.models import resolve_generator
 from ragkit.settings import PACKAGED_SMOLLM2, Settings
@@ -92,6 +101,9 @@ class ProcessStack:
         )
         self.postgres = EmbeddedPostgres(self.data_dir / "postgres", self.settings.postgres.port)
         self.failpoints_file = self.work / "failpoints.json"
+        # (kind, instance) of every worker started, with its metrics port (the SDK's is + 1).
+        self.metrics_ports: dict[tuple[str, int], int] = {}
+        self.gateway_ports: dict[int, int] = {}  # instance -> port
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -105,6 +117,10 @@ class ProcessStack:
             self.start_worker(kind)
 
     def close(self) -> None:
+        for n in self.gateway_ports:
+            self.gateway(n).stop(timeout=15)
+        for kind, n in reversed(list(self.metrics_ports)):
+            self.worker(kind, n).stop(timeout=15)
         for kind in reversed(WORKER_KINDS):
             self.worker(kind).stop(timeout=15)
         self.postgres.stop()
@@ -116,11 +132,22 @@ class ProcessStack:
             shutil.copytree(self.data_dir / "logs", logs)
         shutil.rmtree(self.work, ignore_errors=True)
 
-    def worker(self, kind: str) -> Process:
-        return worker_process(self.data_dir, kind)
+    def worker(self, kind: str, n: int = 1) -> Process:
+        """Instance `n` of a kind of worker; instance 1 is the one `durable-rag up` would run."""
+        if n == 1:
+            return worker_process(self.data_dir, kind)
+        return Process(
+            f"{kind} worker {n}",
+            self.data_dir / "run" / f"worker-{kind}-{n}.pid",
+            self.data_dir / "logs" / f"worker-{kind}-{n}.log",
+        )
 
-    def start_worker(self, kind: str) -> None:
-        process = spawn_worker(self.data_dir, kind, self.env)
+    def start_worker(self, kind: str, n: int = 1) -> None:
+        process = self.worker(kind, n)
+        port = free_port_pair()
+        env = {**self.env, "DURABLE_RAG_METRICS_PORT": str(port)}
+        process.spawn([sys.executable, "-m", f"workers.{kind}"], env=env, cwd=ROOT)
+        self.metrics_ports[(kind, n)] = port
         wait_worker_ready(
             process,
             self.settings.temporal.address,
@@ -129,9 +156,28 @@ class ProcessStack:
             timeout=600 if kind == "llm" else 180,
         )
 
-    def kill_worker(self, kind: str) -> None:
+    def kill_worker(self, kind: str, n: int = 1) -> None:
         """SIGKILL, as a crash or the OOM killer would: no drain, no clean-up."""
-        self.worker(kind).kill()
+        self.worker(kind, n).kill()
+
+    def gateway(self, n: int) -> Process:
+        if n == 1:
+            return gateway_process(self.data_dir)
+        return Process(
+            f"gateway {n}",
+            self.data_dir / "run" / f"gateway-{n}.pid",
+            self.data_dir / "logs" / f"gateway-{n}.log",
+        )
+
+    def start_gateway(self, n: int = 1) -> str:
+        """Start gateway instance `n` on a free port; returns its base URL once /healthz answers."""
+        process = self.gateway(n)
+        port = free_port()
+        env = {**self.env, "DURABLE_RAG_GATEWAY_PORT": str(port)}
+        process.spawn([sys.executable, "-m", "gateway"], env=env, cwd=ROOT)
+        self.gateway_ports[n] = port
+        wait_gateway_ready(process, port)
+        return f"http://127.0.0.1:{port}"
 
     def stop_worker(self, kind: str) -> None:
         self.worker(kind).stop(timeout=15, sig=signal.SIGTERM)
@@ -178,6 +224,13 @@ class ProcessStack:
                         total += proc.memory_info().rss
             sizes[part] = total
         return sizes
+
+
+def free_port_pair() -> int:
+    """A free port whose next port is free too (a worker serves the SDK's metrics there)."""
+    while port_in_use((port := free_port()) + 1):
+        pass
+    return port
 
 
 @functools.cache

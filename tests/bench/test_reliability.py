@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.faults import FAST, FAULTS, format_table, run_matrix
+from bench.faults import FAST, FAULTS, SCALE_OUT, format_table, run_matrix
 from bench.load import DEGRADATION_KINDS
 from bench.soak import format_report, run_soak
 from bench.stack import ProcessStack
@@ -66,6 +66,25 @@ async def test_the_fast_fault_subset_loses_nothing_duplicates_nothing_fails_noth
     # The faults did strike: a live vector search past its timeout makes answers keyword-only.
     (slow,) = [r for r in rows if r.fault == "slow_activity"]
     assert slow.degradations.get("keyword_only", 0) > 0, slow.degradations
+
+
+async def test_two_orchestrators_and_two_gateways_share_the_load_and_survive_losing_one(
+    process_stack: ProcessStack,
+) -> None:
+    """The scale-out row with the LLM worker left at one (a second vLLM takes minutes to load on
+    2 CPUs; `make faults` runs two): a second orchestrator worker and a second gateway join a
+    running load, both of each do work by their own metrics, then the first of each is
+    SIGKILLed and nothing fails, is lost or duplicated."""
+    (row,) = await run_matrix(process_stack, [SCALE_OUT], window=10, scaled=("orchestrator",))
+    print(format_table([row]))
+    assert row.requests > 0
+    assert row.clean, row.details
+    assert row.ratio is not None and row.ratio > 0, row.details
+    for part in ("orchestrator 1", "orchestrator 2", "gateway 1", "gateway 2"):
+        assert row.spread.get(part, 0) > 0, (part, row.spread)
+    # Back to one of each, as the other tests of the module expect.
+    assert process_stack.worker("orchestrator").running()
+    assert not process_stack.worker("orchestrator", 2).running()
 
 
 def _kinds(node: ast.expr) -> set[str]:

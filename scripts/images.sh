@@ -66,7 +66,8 @@ if [[ -z ${PYTHON_IMAGE:-} ]]; then
       tar -C "$WORK/rootfs" -c . | podman import - localhost/debian:bookworm >/dev/null
       rm -rf "$WORK/rootfs"
     fi
-    podman build --network host "${mounts[@]}" -t "$PYTHON_IMAGE" \
+    # No CA bundle mounted here: apt installs the image's own (and cannot replace a mount).
+    podman build --network host -t "$PYTHON_IMAGE" \
       -f "$ROOT/deploy/images/python-base.Containerfile" "$ROOT/deploy/images"
   fi
 fi

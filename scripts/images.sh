@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # `make images`: build the application's cpu image here, with Debian's podman (no Docker engine,
-# no registry). What this machine needs is installed on the way: podman, buildah, runc,
-# debootstrap. The base image is PYTHON_IMAGE; unset, a Debian bookworm base is made with
-# debootstrap (once; about two minutes) and Python 3.11 is added to it.
+# no registry), and check as much of the gpu image as a machine without CUDA can: that its pinned
+# tree (requirements-gpu.lock) resolves from PyPI with the project's gpu extra. What this machine
+# needs is installed on the way: podman, buildah, runc, debootstrap. The base image is
+# PYTHON_IMAGE; unset, a Debian bookworm base is made with debootstrap (once; about two minutes)
+# and Python 3.11 is added to it.
 #
-#   scripts/images.sh                 # localhost/durable-rag:cpu
+#   scripts/images.sh [all]           # localhost/durable-rag:cpu, then the gpu check
+#   scripts/images.sh cpu             # the cpu image only (what tests/test_images.py runs)
+#   scripts/images.sh gpu-check       # the gpu tree resolves (~2 min; downloads metadata)
+#   scripts/images.sh gpu-lock        # write requirements-gpu.lock again from PyPI
 #   PYTHON_IMAGE=python:3.11-slim-bookworm scripts/images.sh   # where a registry can be reached
 #
 # podman's defaults fail here: crun ("cgroups in hybrid mode not supported") and its default
@@ -15,7 +20,47 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK="$ROOT/.data/images"
 TAG="${TAG:-localhost/durable-rag:cpu}"
+MODE="${1:-all}"
 mkdir -p "$WORK"
+
+# The gpu tree, resolved the way the gpu image installs it: from PyPI alone (this machine's local
+# wheel folders hold the CPU build of torch, which would satisfy torch==2.13.0 here).
+resolve_gpu() {
+  local venv="$WORK/gpu-resolve"
+  [[ -x $venv/bin/pip ]] || python3 -m venv "$venv"
+  PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= "$venv/bin/pip" install --quiet --dry-run \
+    --ignore-installed --index-url https://pypi.org/simple --report "$WORK/gpu-report.json" "$@" \
+    "$ROOT[gpu]"
+}
+
+case "$MODE" in
+  all | cpu) ;;
+  gpu-check)
+    resolve_gpu --constraint "$ROOT/requirements-gpu.lock"
+    echo "gpu: requirements-gpu.lock resolves with .[gpu] (CUDA itself cannot run here)"
+    exit 0
+    ;;
+  gpu-lock)
+    resolve_gpu
+    python3 - "$WORK/gpu-report.json" "$ROOT/requirements-gpu.lock" <<'PY'
+import json, sys
+report, lock = sys.argv[1:]
+header = [line for line in open(lock) if line.startswith("#")]
+pins = sorted(
+    (f"{i['metadata']['name']}=={i['metadata']['version']}" for i in json.load(open(report))["install"]
+     if i["metadata"]["name"].lower() != "durable-rag"),
+    key=str.lower,
+)
+open(lock, "w").write("".join(header) + "\n".join(pins) + "\n")
+PY
+    echo "wrote requirements-gpu.lock"
+    exit 0
+    ;;
+  *)
+    echo "usage: scripts/images.sh [all|cpu|gpu-check|gpu-lock]" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for tool in podman buildah runc debootstrap; do
@@ -77,4 +122,10 @@ podman build --network host "${mounts[@]}" "${pip_env[@]}" \
   --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --build-arg TORCH_INDEX_URL= \
   --target cpu -t "$TAG" "$ROOT"
 podman run --rm --network host "$TAG" --help >/dev/null
-echo "built $TAG: $(podman image inspect --format '{{.Size}}' "$TAG" | numfmt --to=iec) "
+# Each build leaves the image it replaced behind, untagged: gigabytes on a shared disk.
+podman image prune --force >/dev/null
+echo "built $TAG: $(podman image inspect --format '{{.Size}}' "$TAG" | numfmt --to=iec)"
+
+if [[ $MODE == all ]]; then
+  "$0" gpu-check
+fi

@@ -266,13 +266,16 @@ def test_the_image_copies_every_package_the_project_installs() -> None:
 
 def test_the_images_install_the_lock_make_installs() -> None:
     """The same versions in the images as in `make venv`: the cpu target installs the lock
-    itself; the gpu target is constrained by it (vLLM's CUDA build adds what the lock lacks)."""
+    itself; the gpu target its own lock, the CUDA build's tree (tests/test_packaging.py checks
+    that the two agree on every package we declare)."""
     text = DOCKERFILE.read_text()
     stages = dict(re.findall(r"(?ms)^FROM\s+\S+\s+AS\s+(\S+)\s*$(.*?)(?=^FROM\s|\Z)", text))
     assert "requirements.lock" in re.findall(r"(?m)^COPY\s+(.*)$", stages["source"])[0]
     assert "pip install --no-deps -r requirements.lock" in stages["cpu"]
     assert re.search(r"pip install --no-deps \.", stages["cpu"])
-    assert 'pip install -c requirements.lock ".[gpu]"' in stages["gpu"]
+    assert "requirements-gpu.lock" in re.findall(r"(?m)^COPY\s+(.*)$", stages["source"])[0]
+    assert "pip install --no-deps -r requirements-gpu.lock" in stages["gpu"]
+    assert re.search(r'pip install --no-deps "\.\[gpu\]"', stages["gpu"])
 
 
 def test_bind_mounted_deploy_files_exist(services: dict[str, dict[str, Any]]) -> None:

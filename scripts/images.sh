@@ -10,6 +10,8 @@
 #   scripts/images.sh cpu             # the cpu image only (what tests/test_images.py runs)
 #   scripts/images.sh gpu-check       # the gpu tree resolves (~2 min; downloads metadata)
 #   scripts/images.sh gpu-lock        # write requirements-gpu.lock again from PyPI
+#   scripts/images.sh gpu-install     # install that tree in a scratch venv and import vLLM
+#                                     # (~8 GB of CUDA wheels; CUDA itself cannot run here)
 #   PYTHON_IMAGE=python:3.11-slim-bookworm scripts/images.sh   # where a registry can be reached
 #
 # podman's defaults fail here: crun ("cgroups in hybrid mode not supported") and its default
@@ -56,8 +58,22 @@ PY
     echo "wrote requirements-gpu.lock"
     exit 0
     ;;
+  gpu-install)
+    venv="$WORK/gpu-install"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= "$venv/bin/pip" install --quiet --no-deps \
+      --index-url https://pypi.org/simple -r "$ROOT/requirements-gpu.lock"
+    PIP_CONFIG_FILE=/dev/null "$venv/bin/pip" install --quiet --no-deps "$ROOT"
+    "$venv/bin/pip" check
+    "$venv/bin/python" -c "import torch, vllm; print('gpu tree installed: torch', torch.__version__, 'CUDA', torch.version.cuda, '| vllm', vllm.__version__)"
+    "$venv/bin/durable-rag" --help >/dev/null
+    du -sh "$venv"
+    rm -rf "$venv"
+    exit 0
+    ;;
   *)
-    echo "usage: scripts/images.sh [all|cpu|gpu-check|gpu-lock]" >&2
+    echo "usage: scripts/images.sh [all|cpu|gpu-check|gpu-lock|gpu-install]" >&2
     exit 2
     ;;
 esac

@@ -45,6 +45,7 @@ from bench.load import (
     answered,
 )
 from bench.stack import ProcessStack
+from ragkit.db import make_sessionmaker
 from ragkit.settings import Settings
 from ragkit.store import keys
 from schemas.answer import Answer
@@ -270,8 +271,6 @@ def restore_one_of_each(stack: ProcessStack, kinds: tuple[str, ...] = SCALED) ->
 
 
 def api_key(stack: ProcessStack, tenant: str) -> str:
-    from ragkit.db import make_sessionmaker
-
     sessions = make_sessionmaker(stack.settings.postgres.sqlalchemy_url)
     try:
         return keys.create_key(sessions, tenant, "scale-out load")[1]

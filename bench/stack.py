@@ -33,6 +33,7 @@ from durable_rag.stack.process import Process, free_port, port_in_use
 from durable_rag.stack.temporal import TemporalDevServer
 from durable_rag.stack.workers import (
     gateway_process,
+    spawn_worker,
     wait_gateway_ready,
     wait_worker_ready,
     worker_process,
@@ -119,10 +120,9 @@ class ProcessStack:
     def close(self) -> None:
         for n in self.gateway_ports:
             self.gateway(n).stop(timeout=15)
+        # Every worker was started by start_worker, which registers it here.
         for kind, n in reversed(list(self.metrics_ports)):
             self.worker(kind, n).stop(timeout=15)
-        for kind in reversed(WORKER_KINDS):
-            self.worker(kind).stop(timeout=15)
         self.postgres.stop()
         self.temporal.stop()
         # The parts' logs outlive the scratch folder: where to look when a run went wrong.
@@ -134,20 +134,13 @@ class ProcessStack:
 
     def worker(self, kind: str, n: int = 1) -> Process:
         """Instance `n` of a kind of worker; instance 1 is the one `durable-rag up` would run."""
-        if n == 1:
-            return worker_process(self.data_dir, kind)
-        return Process(
-            f"{kind} worker {n}",
-            self.data_dir / "run" / f"worker-{kind}-{n}.pid",
-            self.data_dir / "logs" / f"worker-{kind}-{n}.log",
-        )
+        return worker_process(self.data_dir, kind, n)
 
     def start_worker(self, kind: str, n: int = 1) -> None:
-        process = self.worker(kind, n)
         port = free_port_pair()
-        env = {**self.env, "DURABLE_RAG_METRICS_PORT": str(port)}
-        process.spawn([sys.executable, "-m", f"workers.{kind}"], env=env, cwd=ROOT)
         self.metrics_ports[(kind, n)] = port
+        env = {**self.env, "DURABLE_RAG_METRICS_PORT": str(port)}
+        process = spawn_worker(self.data_dir, kind, env, n)
         wait_worker_ready(
             process,
             self.settings.temporal.address,
@@ -161,13 +154,7 @@ class ProcessStack:
         self.worker(kind, n).kill()
 
     def gateway(self, n: int) -> Process:
-        if n == 1:
-            return gateway_process(self.data_dir)
-        return Process(
-            f"gateway {n}",
-            self.data_dir / "run" / f"gateway-{n}.pid",
-            self.data_dir / "logs" / f"gateway-{n}.log",
-        )
+        return gateway_process(self.data_dir, n)
 
     def start_gateway(self, n: int = 1) -> str:
         """Start gateway instance `n` on a free port; returns its base URL once /healthz answers."""

@@ -471,11 +471,13 @@ class RagClient:
         now = time.monotonic()
         if not force and now - self._served_read_at < SERVED_MODELS_TTL_SECONDS:
             return
+        # Stamped before the read: requests arriving meanwhile use the last lengths rather than
+        # each reading the table again.
+        self._served_read_at = now
         try:
             self._served = await asyncio.to_thread(served_models.context_lengths, self.sessions)
         except SQLAlchemyError as exc:
             log.warning("cannot read the served models' context lengths (%s)", exc)
-        self._served_read_at = now
 
     def max_model_len(self, model: str = "") -> int:
         """The context every model an answer to `model` may call has: the smallest of the model,

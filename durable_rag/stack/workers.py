@@ -23,16 +23,25 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_KINDS = ("orchestrator", "index", "llm")
 
 
-def worker_process(data_dir: Path, kind: str) -> Process:
+def _suffix(n: int, sep: str) -> str:
+    """Instance 1 is the one `durable-rag up` runs; more of a kind (2, 3...) run where a
+    deployment scales out (bench/scaleout.py), each with its own pid and log file."""
+    return "" if n == 1 else f"{sep}{n}"
+
+
+def worker_process(data_dir: Path, kind: str, n: int = 1) -> Process:
+    stem = f"worker-{kind}{_suffix(n, '-')}"
     return Process(
-        f"{kind} worker",
-        data_dir / "run" / f"worker-{kind}.pid",
-        data_dir / "logs" / f"worker-{kind}.log",
+        f"{kind} worker{_suffix(n, ' ')}",
+        data_dir / "run" / f"{stem}.pid",
+        data_dir / "logs" / f"{stem}.log",
     )
 
 
-def spawn_worker(data_dir: Path, kind: str, env: dict[str, str] | None = None) -> Process:
-    process = worker_process(data_dir, kind)
+def spawn_worker(
+    data_dir: Path, kind: str, env: dict[str, str] | None = None, n: int = 1
+) -> Process:
+    process = worker_process(data_dir, kind, n)
     process.spawn([sys.executable, "-m", f"workers.{kind}"], env=env, cwd=ROOT)
     return process
 
@@ -65,8 +74,13 @@ def wait_worker_ready(
     raise process.fail(f"did not poll task queue {queue!r} within {timeout:.0f}s")
 
 
-def gateway_process(data_dir: Path) -> Process:
-    return Process("gateway", data_dir / "run" / "gateway.pid", data_dir / "logs" / "gateway.log")
+def gateway_process(data_dir: Path, n: int = 1) -> Process:
+    stem = f"gateway{_suffix(n, '-')}"
+    return Process(
+        f"gateway{_suffix(n, ' ')}",
+        data_dir / "run" / f"{stem}.pid",
+        data_dir / "logs" / f"{stem}.log",
+    )
 
 
 def wait_gateway_ready(process: Process, port: int, timeout: float = 60.0) -> None:

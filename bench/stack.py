@@ -16,8 +16,10 @@ import contextlib
 import functools
 import json
 import os
+import random
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -214,10 +216,41 @@ class ProcessStack:
 
 
 def free_port_pair() -> int:
-    """A free port whose next port is free too (a worker serves the SDK's metrics there)."""
-    while port_in_use((port := free_port()) + 1):
-        pass
-    return port
+    """A free port whose next port is free too (a worker serves the SDK's metrics there), taken
+    below the kernel's ephemeral range. A worker binds both only once its model is loaded (about
+    a minute for vLLM), and meanwhile any outgoing connection, vLLM's own sockets among them, may
+    be given a port of that range as its local port: the exporter then failed with 'Address
+    already in use'. Nothing is given a port below the range unless it asks for it."""
+    low = ephemeral_ports()[0]
+    if low <= PAIR_PORTS_FROM + 2:  # an unusual range: take the chance as before
+        while port_in_use((port := free_port()) + 1):
+            pass
+        return port
+    draw = random.Random()
+    while True:
+        port = draw.randrange(PAIR_PORTS_FROM, low - 1)
+        if bindable(port) and bindable(port + 1):
+            return port
+
+
+PAIR_PORTS_FROM = 20_000
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections (Linux's default otherwise)."""
+    with contextlib.suppress(OSError, ValueError):
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    return 32_768, 60_999
+
+
+def bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 @functools.cache

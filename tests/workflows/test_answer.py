@@ -6,7 +6,6 @@ Acceptance checks 1-5 and 7 of the answer issue.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -26,7 +25,7 @@ from ragkit.rerank import PACKAGED_RERANKER, load_reranker
 from ragkit.settings import Settings
 from ragkit.store import costs
 from schemas.answer import Answer, AskRequest
-from tests.conftest import CORPUS, Database, Stack, running_stack
+from tests.conftest import Database, Stack, copy_documents, running_stack
 from tests.workflows.test_ingest import save_history
 from workers import llm as llm_worker
 
@@ -46,10 +45,7 @@ EXPECTED = "unicode-and-utf-8.md"
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("answer-corpus")
-    for relative in DOCUMENTS:
-        shutil.copy(CORPUS / relative, folder / Path(relative).name)
-    return folder
+    return copy_documents(DOCUMENTS, tmp_path_factory.mktemp("answer-corpus"))
 
 
 @asynccontextmanager
@@ -97,9 +93,7 @@ async def ingest_sample(
     tenant: str = "t",
 ) -> Path:
     """Ingest DOCUMENTS for a tenant into a fresh data folder; returns the folder (its index)."""
-    corpus = tmp_path_factory.mktemp("sample-corpus")
-    for relative in DOCUMENTS:
-        shutil.copy(CORPUS / relative, corpus / Path(relative).name)
+    corpus = copy_documents(DOCUMENTS, tmp_path_factory.mktemp("sample-corpus"))
     data_dir = tmp_path_factory.mktemp("sample-data")
     async with running_stack(client, database, embedder, data_dir) as stack:
         result = await (await stack.rag()).ingest([str(corpus)], tenant=tenant)

@@ -6,7 +6,6 @@ Acceptance checks 2 and 5 of the index-operations issue, and compaction under lo
 from __future__ import annotations
 
 import asyncio
-import shutil
 import uuid
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from durable_rag import schedules
 from ragkit.index import IndexPoint
 from schemas.maintenance import CompactionReport
-from tests.conftest import CORPUS, Stack
+from tests.conftest import Stack, copy_documents
 from tests.workflows.test_ingest import assert_index_matches_postgres, save_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -25,18 +24,11 @@ FIRST = ["technology/unicode-and-utf-8.md", "history/lighthouses.md", "science/t
 LATER = ["history/great-fire-of-london.md", "science/photosynthesis.md"]
 
 
-def copy(names: list[str], folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        shutil.copy(CORPUS / name, folder / Path(name).name)
-    return folder
-
-
 async def test_compaction_removes_every_dead_row_and_point_and_the_counts_match(
     stack: Stack, tmp_path: Path
 ) -> None:
     rag = await stack.rag()
-    result = await rag.ingest([str(copy(FIRST, tmp_path / "first"))], tenant="t")
+    result = await rag.ingest([str(copy_documents(FIRST, tmp_path / "first"))], tenant="t")
     assert not result.failures
     db = stack.database
     doc_id, doc_chunks = db.rows(
@@ -82,7 +74,9 @@ async def test_compaction_while_ingesting_and_searching_loses_nothing(
     stack: Stack, tmp_path: Path
 ) -> None:
     rag = await stack.rag()
-    assert not (await rag.ingest([str(copy(FIRST, tmp_path / "first"))], tenant="t")).failures
+    assert not (
+        await rag.ingest([str(copy_documents(FIRST, tmp_path / "first"))], tenant="t")
+    ).failures
     db = stack.database
     db.execute(
         "UPDATE documents SET status = 'deleted' WHERE source LIKE %s", "%unicode-and-utf-8.md"
@@ -97,7 +91,9 @@ async def test_compaction_while_ingesting_and_searching_loses_nothing(
             searches.append(len(found.passages))
 
     searching = asyncio.create_task(keep_searching())
-    ingest = asyncio.create_task(rag.ingest([str(copy(LATER, tmp_path / "later"))], tenant="t"))
+    ingest = asyncio.create_task(
+        rag.ingest([str(copy_documents(LATER, tmp_path / "later"))], tenant="t")
+    )
     compaction = await rag.compact(batch_size=10)
     ingested = await ingest
     done.set()

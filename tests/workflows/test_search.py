@@ -12,10 +12,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from ragkit.embedding import Embedder
-from tests.conftest import Database, Stack, running_stack
-from tests.workflows.test_ingest import build_corpus, save_history
+from tests.conftest import Database, Stack, copy_documents, running_stack
+from tests.workflows.test_answer import DOCUMENTS
+from tests.workflows.test_ingest import save_history
 
 pytestmark = pytest.mark.integration
+
+BULK_DOCUMENTS = 60
 
 
 async def remote_dispatches(client: Client, workflow_id: str) -> int:
@@ -28,11 +31,12 @@ async def test_a_search_during_an_ingest_is_not_degraded_and_crosses_no_task_que
     stack: Stack, tmp_path: Path
 ) -> None:
     rag = await stack.rag()
-    build_corpus(tmp_path / "seed", minimum=1)
-    assert not (await rag.ingest([str(tmp_path / "seed")], tenant="t")).failures
+    seed = copy_documents(DOCUMENTS, tmp_path / "seed")
+    assert not (await rag.ingest([str(seed)], tenant="t")).failures
     bulk = tmp_path / "bulk"
     bulk.mkdir()
-    for n in range(150):  # enough embedding to keep the index worker busy for a while
+    # ~180 chunks: the index worker embeds for ~30 s on 2 CPUs, past the searches' forty.
+    for n in range(BULK_DOCUMENTS):
         (bulk / f"log-{n:03d}.md").write_text(
             f"# Ship's log {n}\n\n"
             + " ".join(
@@ -51,7 +55,7 @@ async def test_a_search_during_an_ingest_is_not_degraded_and_crosses_no_task_que
         during.append(found)
         await asyncio.sleep(0.05)
     result = await handle.result()
-    assert not result.failures and result.totals.documents_ingested == 150
+    assert not result.failures and result.totals.documents_ingested == BULK_DOCUMENTS
     assert len(during) >= 5, f"only {len(during)} searches ran while the ingest did"
     for found in during:
         assert found.retrieval == "hybrid" and not found.degradations, found.degradations
@@ -79,12 +83,12 @@ async def test_hybrid_with_bm25_is_one_index_call_and_postgres_is_its_fallback(
 ) -> None:
     """Issue 18: BM25 ranks keywords in the index, fused there (dbsf: one query) or here
     (zscore); Postgres full text runs only when the index fails (R9)."""
-    build_corpus(tmp_path / "corpus", minimum=1)
+    corpus = copy_documents(DOCUMENTS, tmp_path / "corpus")
     async with running_stack(
         client, database, embedder, tmp_path / "data", fusion_method=fusion
     ) as stack:
         rag = await stack.rag()
-        assert not (await rag.ingest([str(tmp_path / "corpus")], tenant="t")).failures
+        assert not (await rag.ingest([str(corpus)], tenant="t")).failures
         question = "Where did the Great Fire of London begin?"
         for mode in ("hybrid", "keyword"):
             found = await rag.search(question, tenant="t", top_k=3, mode=mode)

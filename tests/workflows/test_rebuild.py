@@ -33,9 +33,9 @@ from schemas.rebuild import (
     VerifyInput,
     VerifyOutput,
 )
-from tests.conftest import Database, Stack, make_settings, running_stack
+from tests.conftest import Database, Stack, copy_documents, make_settings, running_stack
 from tests.workflows.conftest import start_time_skipping
-from tests.workflows.test_compaction import FIRST, LATER, copy
+from tests.workflows.test_compaction import FIRST, LATER
 from tests.workflows.test_ingest import save_history
 from tests.workflows.test_ingest_faults import worker_env
 from tests.workflows.test_search import local_activities
@@ -54,7 +54,9 @@ async def test_a_rebuild_under_queries_and_ingests_switches_with_no_failed_or_em
     stack: Stack, tmp_path: Path
 ) -> None:
     rag = RagClient(stack.client, stack.settings.model_copy(update={"rebuild_batch_size": 8}))
-    assert not (await rag.ingest([str(copy(FIRST, tmp_path / "first"))], tenant="t")).failures
+    assert not (
+        await rag.ingest([str(copy_documents(FIRST, tmp_path / "first"))], tenant="t")
+    ).failures
     collection = stack.settings.index.collection
     assert generations(stack.database) == {collection: "active"}
 
@@ -68,7 +70,7 @@ async def test_a_rebuild_under_queries_and_ingests_switches_with_no_failed_or_em
 
     searching = asyncio.create_task(keep_searching())
     handle = await rag.start_rebuild(grace_seconds=1)
-    ingested = await rag.ingest([str(copy(LATER, tmp_path / "later"))], tenant="t")
+    ingested = await rag.ingest([str(copy_documents(LATER, tmp_path / "later"))], tenant="t")
     report = await handle.result()
     done.set()
     await searching
@@ -128,7 +130,7 @@ async def test_a_rebuild_killed_midway_resumes_and_the_old_generation_keeps_serv
     orchestrator = await asyncio.to_thread(start, "orchestrator")
     index_worker = await asyncio.to_thread(start, "index")
     try:
-        corpus = copy(FIRST + LATER, tmp_path / "corpus")
+        corpus = copy_documents(FIRST + LATER, tmp_path / "corpus")
         assert not (await rag.ingest([str(corpus)], tenant="t")).failures
         handle = await rag.start_rebuild(grace_seconds=0)
         deadline = time.monotonic() + 120
@@ -246,7 +248,9 @@ async def test_a_rebuild_gives_an_index_from_before_bm25_its_keyword_vectors(
     async with running_stack(client, database, embedder, data) as stack:
         assert not stack.index.keyword
         rag = RagClient(stack.client, stack.settings.model_copy(update={"rebuild_batch_size": 8}))
-        assert not (await rag.ingest([str(copy(FIRST, tmp_path / "first"))], tenant="t")).failures
+        assert not (
+            await rag.ingest([str(copy_documents(FIRST, tmp_path / "first"))], tenant="t")
+        ).failures
         question = "Why do tides rise and fall?"
         before = await rag.search(question, "t", top_k=3)
         assert before.retrieval == "hybrid" and not before.degradations

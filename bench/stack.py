@@ -215,13 +215,16 @@ class ProcessStack:
         return sizes
 
 
+PAIR_PORTS_FROM = 20_000
+
+
 def free_port_pair() -> int:
     """A free port whose next port is free too (a worker serves the SDK's metrics there), taken
     below the kernel's ephemeral range. A worker binds both only once its model is loaded (about
     a minute for vLLM), and meanwhile any outgoing connection, vLLM's own sockets among them, may
     be given a port of that range as its local port: the exporter then failed with 'Address
     already in use'. Nothing is given a port below the range unless it asks for it."""
-    low = ephemeral_ports()[0]
+    low = ephemeral_low()
     if low <= PAIR_PORTS_FROM + 2:  # an unusual range: take the chance as before
         while port_in_use((port := free_port()) + 1):
             pass
@@ -233,15 +236,11 @@ def free_port_pair() -> int:
             return port
 
 
-PAIR_PORTS_FROM = 20_000
-
-
-def ephemeral_ports() -> tuple[int, int]:
-    """The kernel's range of local ports for outgoing connections (Linux's default otherwise)."""
+def ephemeral_low() -> int:
+    """The first of the kernel's local ports for outgoing connections (Linux's default else)."""
     with contextlib.suppress(OSError, ValueError):
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    return 32_768, 60_999
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32_768
 
 
 def bindable(port: int) -> bool:

@@ -6,6 +6,7 @@ another task queue (generate on llm-<model>), then two at once (cache entry and 
 workers are built as the live worker is (the policy interceptor, activity metrics, the sandbox
 with our code passed through, the pydantic converter of the client), so the time it takes is
 what no change to our own steps can remove; bench/serving.py reports row 1 against it.
+EmptyWorkflow, on the same worker, is the floor of any workflow at all.
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ class FloorWorkflow:
         return 6
 
 
+@workflow.defn
+class EmptyWorkflow:
+    """A workflow that does nothing: one workflow task, then its result. What any workflow,
+    whatever its steps, costs on this server and SDK."""
+
+    @workflow.run
+    async def run(self) -> int:
+        return 0
+
+
 def floor_workers(
     client: Client,
     task_queue: str,
@@ -68,7 +79,7 @@ def floor_workers(
         Worker(
             client,
             task_queue=task_queue,
-            workflows=[FloorWorkflow],
+            workflows=[FloorWorkflow, EmptyWorkflow],
             activities=[step],
             activity_executor=executor,
             interceptors=interceptors,

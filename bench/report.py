@@ -189,7 +189,7 @@ def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "figure": f"vector search P99 (ms), {chunks}, {row.get('state', '')}, "
                       f"filter {row.get('filter', '')}"
                       + (f", {row.get('degraded', '?')} degraded" if during else ""),
-            "plain-loop baseline": "",
+            "plain-loop baseline": row.get("idle_p99_ms", "") if during else "",
             "durable-rag": p99,
             "ratio": row["p99_ratio_to_idle"] if during else p99 / 50.0,
             "target": row.get("target", "P99 < 50 ms (ratio < 1)"),

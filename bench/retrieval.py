@@ -78,7 +78,9 @@ def index_rankings(
     def scored(rank: Any) -> Scores:
         return score([passages(rank(i)) for i in range(len(questions))], questions)
 
-    def zscore(i: int, dense_weight: float, method: FusionMethod = "zscore") -> list[str]:
+    def zscore(
+        i: int, dense_weight: float, method: FusionMethod = "zscore", least: float = 0.0
+    ) -> list[str]:
         dense = index.search(vectors[i], candidates, where)
         keyword = index.search_keyword(sparse[i], candidates, where)
         source = {str(h.id): h.payload.get("source", "") for h in (*dense, *keyword)}
@@ -88,6 +90,7 @@ def index_rankings(
             method=method,
             dense_weight=dense_weight,
             keyword_weight=1 - dense_weight,
+            dense_min_spread=least,
         )
         return [source[f.key] for f in fused[:10]]
 
@@ -110,6 +113,13 @@ def index_rankings(
             found[f"hybrid BM25, dbsf {weight:g}/{1 - weight:g} (workflow)"] = scored(
                 lambda i, w=weight: zscore(i, w, "dbsf")
             )
+        # The dense side's least spread (ragkit.retrieval.fuse), around the weights that win.
+        for weight in (0.3, 0.35, 0.4, 0.45, 0.5):
+            for least in (0.05, 0.08, 0.1, 0.12):
+                found[
+                    f"hybrid BM25, z-score {weight:g}/{1 - weight:g}, dense spread >= {least:g} "
+                    "(workflow)"
+                ] = scored(lambda i, w=weight, m=least: zscore(i, w, "zscore", m))
     for label, fusion in fusions:
         found[f"hybrid BM25, {label} (index)"] = scored(
             lambda i, f=fusion: index.search_fused(vectors[i], sparse[i], 10, candidates, where, f)
@@ -186,6 +196,7 @@ async def modes_of(
                     "fusion_method": "zscore",
                     "fusion_dense_weight": 0.7,
                     "fusion_keyword_weight": 0.3,
+                    "fusion_dense_min_spread": 0.0,
                 }
             )
         }

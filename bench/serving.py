@@ -50,17 +50,18 @@ import json
 import math
 import os
 import shutil
+import statistics
 import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -78,7 +79,7 @@ from activities.answer_cache import AnswerCacheActivities  # noqa: E402
 from activities.costs import CostActivities  # noqa: E402
 from activities.documents import DocumentActivities  # noqa: E402
 from activities.retrieval import RetrievalActivities  # noqa: E402
-from bench.floor import FloorWorkflow, floor_workers  # noqa: E402
+from bench.floor import EmptyWorkflow, FloorWorkflow, floor_workers  # noqa: E402
 from bench.load import QUESTIONS, SEED_DOCUMENTS, answer_workflow_for, percentile  # noqa: E402
 from bench.services import bench_services, local_workers, running  # noqa: E402
 from bench.stack import ProcessStack  # noqa: E402
@@ -137,6 +138,8 @@ def pct(values: list[float], q: float) -> float:
     return percentile([v for v in values if not math.isnan(v)], q)
 
 
+T = TypeVar("T")
+
 WARMUP = 2  # requests per side, not counted: the first ones warm caches and the engine
 
 
@@ -155,7 +158,10 @@ NOTE = (
     "(bench/floor.py) is FloorWorkflow, timed after each pair: the same Temporal commands (two "
     "local activities at once, one more, a remote activity on another queue, two at once) with "
     "steps that do nothing, on workers built as the live ones are. No change to our own steps "
-    "can take an answer below it; the overhead above it is ours. Row 2 is what the "
+    "can take an answer below it; the overhead above it is ours. Beside it, an empty workflow "
+    "(one workflow task, then its result: the floor of any workflow) and, in the summary line, "
+    "the Temporal server's own CPU per call (`*_server_cpu_ms`, means over the calls, from "
+    "/proc): on a 2-CPU machine the dev server's CPU is most of a workflow's cost. Row 2 is what the "
     "gateway, the workflow and the token stream add before a client sees the first token. Row 3 "
     "is search on the stack as processes while an ingest runs: the contention bulk work causes. "
     "Row 4 is 50 streamed answers at once against the engine alone on the same prompts; the gap "
@@ -332,6 +338,7 @@ class Plain:
                 dense_weight=retrieval.dense_weight,
                 keyword_weight=retrieval.keyword_weight,
                 rrf_k=retrieval.rrf_k,
+                dense_min_spread=retrieval.dense_min_spread,
             )
         )
         began = self.lap("retrieve", began)
@@ -699,6 +706,7 @@ class Setup:
     max_tokens: int
     published: PublishClock
     floor_queues: tuple[str, str]  # FloorWorkflow's queue, its 'LLM' queue
+    server_cpu: ServerCpu
 
 
 def request_for(n: int, max_tokens: int) -> AskRequest:
@@ -730,19 +738,41 @@ async def timed_flow(s: Setup, request: AskRequest) -> Asked:
     return Asked(took, handle.id, called_at, time.time(), eager, answer.timings_ms)
 
 
-async def timed_floor(s: Setup) -> float:
-    """One FloorWorkflow (bench/floor.py), started as an answer is: eagerly, with the live
-    task timeout."""
+async def timed_floor(s: Setup, empty: bool = False) -> float:
+    """One FloorWorkflow (bench/floor.py), or with `empty` one EmptyWorkflow, started as an
+    answer is: eagerly, with the live task timeout."""
     began = time.perf_counter()
-    await s.rag.client.execute_workflow(
-        FloorWorkflow.run,
-        s.floor_queues[1],
-        id=f"floor-{uuid.uuid4().hex}",
-        task_queue=s.floor_queues[0],
-        request_eager_start=True,
-        task_timeout=timedelta(seconds=s.rag.settings.temporal.live_task_timeout_seconds),
-    )
+    options: dict[str, Any] = {
+        "id": f"floor-{uuid.uuid4().hex}",
+        "task_queue": s.floor_queues[0],
+        "request_eager_start": True,
+        "task_timeout": timedelta(seconds=s.rag.settings.temporal.live_task_timeout_seconds),
+    }
+    if empty:
+        await s.rag.client.execute_workflow(EmptyWorkflow.run, **options)
+    else:
+        await s.rag.client.execute_workflow(FloorWorkflow.run, s.floor_queues[1], **options)
     return (time.perf_counter() - began) * 1000
+
+
+class ServerCpu:
+    """CPU seconds the Temporal dev server process has used (user + system), from /proc: what
+    one call costs the server, summed over calls and divided (ticks are 10 ms, so one call's
+    reading means nothing; a hundred's mean does)."""
+
+    def __init__(self, pid_file: Path) -> None:
+        self.stat = Path("/proc") / pid_file.read_text().strip() / "stat"
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def seconds(self) -> float:
+        fields = self.stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self.tick
+
+
+async def server_cpu_ms(s: Setup, call: Awaitable[T]) -> tuple[T, float]:
+    before = s.server_cpu.seconds()
+    result = await call
+    return result, (s.server_cpu.seconds() - before) * 1000
 
 
 async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
@@ -750,20 +780,28 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
     pair, the floor of the answer's shape (the same commands with steps that do nothing)."""
     plain_ms: list[float] = []
     floor_ms: list[float] = []
+    empty_ms: list[float] = []
+    cpu: dict[str, list[float]] = {"answer": [], "floor": [], "empty": []}
     asked: list[Asked] = []
     s.plain.steps = {}
     for i in range(requests + WARMUP):
         request = request_for(i, s.max_tokens)
         s.plain.recording = i >= WARMUP
         if i % 2 == 0:
-            p, f = await timed_plain(s, request), await timed_flow(s, request)
+            p = await timed_plain(s, request)
+            f, f_cpu = await server_cpu_ms(s, timed_flow(s, request))
         else:
-            f, p = await timed_flow(s, request), await timed_plain(s, request)
-        floor = await timed_floor(s)
+            f, f_cpu = await server_cpu_ms(s, timed_flow(s, request))
+            p = await timed_plain(s, request)
+        floor, floor_cpu = await server_cpu_ms(s, timed_floor(s))
+        empty, empty_cpu = await server_cpu_ms(s, timed_floor(s, empty=True))
         if i >= WARMUP:
             plain_ms.append(p)
             asked.append(f)
             floor_ms.append(floor)
+            empty_ms.append(empty)
+            for kind, ms in (("answer", f_cpu), ("floor", floor_cpu), ("empty", empty_cpu)):
+                cpu[kind].append(ms)
     flow_ms = [a.ms for a in asked]
     steps: dict[str, list[float]] = {}
     for a in asked:
@@ -778,10 +816,14 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
     replayed = await replay_cost(s.rag.settings, recorded)
     replay = {f"workflow code per answer, replayed {k} (per round)": v for k, v in replayed.items()}
     overhead = [f - p for f, p in zip(flow_ms, plain_ms, strict=True)]
-    floors = {"floor: the same commands with no-op steps (whole call)": floor_ms}
+    floors = {
+        "floor: the same commands with no-op steps (whole call)": floor_ms,
+        "floor: a workflow that does nothing (whole call)": empty_ms,
+    }
     return {
         "plain_ms": plain_ms, "flow_ms": flow_ms, "overhead": overhead, "eager": eager,
-        "floor_ms": floor_ms,
+        "floor_ms": floor_ms, "empty_ms": empty_ms,
+        "server_cpu_ms": {k: statistics.fmean(v) for k, v in cpu.items() if v},
         "hops": hop_rows("answer (client)", hops, steps, plain_steps | replay | floors),
         "counts": dispatch_counts(hops),
     }  # fmt: skip
@@ -1014,7 +1056,10 @@ async def in_process(
                 assert not result.failures, result.failures
                 published = PublishClock()
                 published.install()
-                s = Setup(rag, plain, engine, http, key, max_tokens, published, floor_queues)
+                server_cpu = ServerCpu(work / "temporal" / "run" / "temporal.pid")
+                s = Setup(
+                    rag, plain, engine, http, key, max_tokens, published, floor_queues, server_cpu
+                )
                 if 1 in rows:
                     print("row 1: answer overhead ...", flush=True)
                     out["answer"] = await answer_overhead(s, requests)
@@ -1126,7 +1171,8 @@ def figures(out: dict[str, Any], concurrency: int) -> list[dict[str, Any]]:
             "durable-rag": f"workflow P50 {pct(a['flow_ms'], 0.5):.0f}, "
                            f"P99 {pct(a['flow_ms'], 0.99):.0f} ms",
             "result": f"+{p50:.1f} / +{p99:.1f} ms (shape floor P50 "
-                      f"{pct(a['floor_ms'], 0.5):.1f})",
+                      f"{pct(a['floor_ms'], 0.5):.1f}; an empty workflow "
+                      f"{pct(a['empty_ms'], 0.5):.1f})",
             "target": "P50 <= 15 ms; P99 <= 40 ms",
             "met": p50 <= 15 and p99 <= 40,
         })  # fmt: skip
@@ -1238,7 +1284,9 @@ def numbers(out: dict[str, Any]) -> dict[str, Any]:
                   "answer_plain_p50_ms": pct(a["plain_ms"], 0.5),
                   "answer_flow_p50_ms": pct(a["flow_ms"], 0.5),
                   "answer_floor_p50_ms": pct(a["floor_ms"], 0.5),
-                  "answer_floor_p99_ms": pct(a["floor_ms"], 0.99)}  # fmt: skip
+                  "answer_floor_p99_ms": pct(a["floor_ms"], 0.99),
+                  "empty_workflow_p50_ms": pct(a["empty_ms"], 0.5)}  # fmt: skip
+        found |= {f"{k}_server_cpu_ms": v for k, v in a["server_cpu_ms"].items()}
     if "ttft" in out:
         t = out["ttft"]
         found |= {"ttft_overhead_p50_ms": pct(t["overhead"], 0.5),

@@ -367,6 +367,7 @@ class RagClient:
             fusion_method=s.retrieval.fusion_method,
             dense_weight=s.retrieval.fusion_dense_weight,
             keyword_weight=s.retrieval.fusion_keyword_weight,
+            dense_min_spread=s.retrieval.fusion_dense_min_spread,
             keyword=s.retrieval.keyword,
             rrf_k=s.retrieval.fusion_rrf_k,
         )

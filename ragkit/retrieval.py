@@ -28,11 +28,16 @@ def fuse(
     dense_weight: float = 0.7,
     keyword_weight: float = 0.3,
     rrf_k: int = 60,
+    dense_min_spread: float = 0.0,
 ) -> list[Scored]:
     """Merge two ranked lists into one, best first.
 
     - zscore: weighted sum of each side's z-normalised scores; an item missing from one side gets
-      that side's lowest z-score, so appearing in both lists is rewarded.
+      that side's lowest z-score, so appearing in both lists is rewarded. The dense side is
+      divided by at least `dense_min_spread`: when its candidates' cosines lie in a narrow band,
+      the retriever has no clear preference, and dividing by that band's own spread would blow
+      differences of a few thousandths up into a strong vote (it outvoted a clear BM25 winner
+      on an exact alias; BENCHMARKS.md, retrieval).
     - rrf: reciprocal rank fusion, sum of weight / (k + rank).
     - dbsf: distribution-based score fusion, as Qdrant does it: each side's scores mapped to
       [0, 1] between mean - 3 sd and mean + 3 sd (clipped), summed (weights apply); an item
@@ -52,8 +57,11 @@ def fuse(
         return _ordered(fused)
 
     sides = []
-    for weight, ranked in ((dense_weight, dense), (keyword_weight, keyword)):
-        z = _zscores(ranked)
+    for weight, ranked, least in (
+        (dense_weight, dense, dense_min_spread),
+        (keyword_weight, keyword, 0.0),
+    ):
+        z = _zscores(ranked, least)
         floor = min(z.values()) if z else 0.0
         sides.append((weight, z, floor))
     keys = {item.key for item in dense} | {item.key for item in keyword}
@@ -62,12 +70,12 @@ def fuse(
     )
 
 
-def _zscores(ranked: Sequence[Scored]) -> dict[str, float]:
+def _zscores(ranked: Sequence[Scored], least_spread: float = 0.0) -> dict[str, float]:
     if not ranked:
         return {}
     scores = [item.score for item in ranked]
     mean = statistics.fmean(scores)
-    spread = statistics.pstdev(scores) or 1.0
+    spread = max(statistics.pstdev(scores), least_spread) or 1.0
     return {item.key: (item.score - mean) / spread for item in ranked}
 
 

@@ -432,8 +432,18 @@ class RetrievalSettings(BaseModel):
         "workflow code), rrf or dbsf (in the index, in one query, with BM25). The default and "
         "its weights are chosen from bench/retrieval.py on two sets (BENCHMARKS.md).",
     )
-    fusion_dense_weight: float = Field(default=0.3, ge=0, le=1)
-    fusion_keyword_weight: float = Field(default=0.7, ge=0, le=1)
+    fusion_dense_weight: float = Field(default=0.4, ge=0, le=1)
+    fusion_keyword_weight: float = Field(default=0.6, ge=0, le=1)
+    fusion_dense_min_spread: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="zscore: the least spread the dense scores (cosines) are divided by, so a "
+        "retriever whose candidates all score alike casts a weak vote (0: their own standard "
+        "deviation). Chosen with the weights for the packaged MiniLM (BENCHMARKS.md); another "
+        "embedding model spreads its cosines differently: measure with bench/retrieval.py "
+        "--sweep.",
+    )
     fusion_rrf_k: int = Field(default=60, ge=1, le=1_000, description="RRF's rank constant.")
     reranker_model: str = Field(
         default="",

@@ -35,6 +35,13 @@ class RetrievalPlan(Contract):
     fusion_method: FusionMethod = "zscore"
     dense_weight: float = Field(default=0.7, ge=0, le=1)
     keyword_weight: float = Field(default=0.3, ge=0, le=1)
+    dense_min_spread: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="zscore: the least spread (cosine) the dense scores are normalised by "
+        "(0: their own standard deviation, as plans made before it had).",
+    )
     keyword: KeywordRanking = Field(
         default="ts_rank",
         description="bm25: BM25 in the index (rrf and dbsf fuse there, in one query; Postgres "

@@ -214,6 +214,7 @@ def _fuse(plan: RetrievalPlan, dense: list[VectorHit], keyword: list[VectorHit])
         dense_weight=plan.dense_weight,
         keyword_weight=plan.keyword_weight,
         rrf_k=plan.rrf_k,
+        dense_min_spread=plan.dense_min_spread,
     )
 
 

@@ -28,6 +28,40 @@ def test_weights_decide_between_disagreeing_retrievers() -> None:
     assert fuse(dense, keyword, "zscore", 0.1, 0.9)[0].key == "b"
 
 
+# "Which lexer do I get when I ask Pygments for jade?" (evals/sets/lexers): 'jade' is an alias of
+# the pug lexer. Its 20 dense and 20 BM25 candidates, as the packaged MiniLM and the index scored
+# them.
+JADE_DENSE = [
+    ("phix", 0.4563), ("lily_pond", 0.449), ("django", 0.4439), ("maxima", 0.4218),
+    ("smarty", 0.4114), ("mason", 0.4053), ("monte", 0.4007), ("redcode", 0.3999), ("erb", 0.3996),
+    ("cheetah", 0.394), ("fancy", 0.3908), ("befunge", 0.39), ("pug", 0.39), ("mako", 0.3899),
+    ("stan", 0.3863), ("myghty", 0.3819), ("cryptol", 0.381), ("macaulay2", 0.3768),
+    ("sh_ex_c", 0.3733), ("genshi", 0.3716),
+]  # fmt: skip
+JADE_BM25 = [
+    ("pug", 11.145), ("maxima", 10.027), ("idl", 9.726), ("bugs", 9.627), ("igor", 9.531),
+    ("phix", 9.343), ("stan", 8.583), ("rd", 8.431), ("makefile", 8.357), ("fancy", 8.284),
+    ("w_diff", 7.416), ("lua", 3.823), ("pan", 3.014), ("my_sql", 3.002), ("twig", 2.96),
+    ("idris", 2.943), ("sql", 2.926), ("handlebars", 2.926), ("smarty", 2.908),
+    ("lily_pond", 2.908),
+]  # fmt: skip
+
+
+def test_a_dense_side_without_a_clear_preference_casts_a_weak_vote() -> None:
+    """The dense cosines lie within 0.09 of each other; BM25 has a clear winner on the alias.
+    Divided by their own spread (0.02), the dense differences outvote BM25; divided by at
+    least 0.1, they stay the small preference they are."""
+    dense = [Scored(k, v) for k, v in JADE_DENSE]
+    keyword = [Scored(k, v) for k, v in JADE_BM25]
+    assert fuse(dense, keyword, "zscore", 0.4, 0.6)[0].key == "phix"
+    assert fuse(dense, keyword, "zscore", 0.4, 0.6, dense_min_spread=0.1)[0].key == "pug"
+    # A dense side that does spread out keeps its own z-scores: the floor changes nothing.
+    spread = [Scored("a", 0.9), Scored("b", 0.5), Scored("c", 0.1)]
+    assert fuse(spread, keyword, "zscore", 0.4, 0.6, dense_min_spread=0.1) == fuse(
+        spread, keyword, "zscore", 0.4, 0.6
+    )
+
+
 def test_rrf_and_one_sided_inputs() -> None:
     assert [s.key for s in fuse([Scored("a", 1)], [], "rrf")] == ["a"]
     assert [s.key for s in fuse([], [Scored("k", 3), Scored("j", 1)], "zscore")] == ["k", "j"]

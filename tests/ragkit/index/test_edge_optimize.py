@@ -15,7 +15,7 @@ import pytest
 import qdrant_edge as qe
 
 from ragkit.index import IndexFilter, IndexUnavailableError
-from ragkit.index.edge import CURRENT, EdgeIndex
+from ragkit.index.edge import CURRENT, EdgeIndex, _copy_tree, _remove_tree
 from ragkit.index.reads import ActiveReader, ReadClient, ReadServer
 from ragkit.policies import PolicyTable
 from tests.ragkit.index.test_contract import DIM, point, vec
@@ -209,3 +209,26 @@ def test_a_second_optimize_waits_for_the_first_and_one_with_nothing_to_do_keeps_
     # The second found the graph built and nothing written since: no switch.
     assert sorted(p.name for p in index.path.iterdir()) == [CURRENT, "shard-1"]
     assert set(index.point_ids()) == ids
+
+
+def test_the_shard_copy_and_removal_run_outside_this_process_and_refuse_to_nest(
+    tmp_path: Path,
+) -> None:
+    """`cp`/`rm` in a child (no GIL of ours held); the copy is exact, and a target that is
+    still there is refused rather than copied into."""
+    source = tmp_path / "shard-0"
+    (source / "segments" / "a").mkdir(parents=True)
+    (source / "segments" / "a" / "data").write_bytes(os.urandom(1 << 16))
+    (source / "wal").write_text("log")
+    target = tmp_path / "shard-1"
+    _copy_tree(source, target)
+    copied = sorted(p.relative_to(target) for p in target.rglob("*"))
+    assert copied == sorted(p.relative_to(source) for p in source.rglob("*"))
+    assert (target / "segments" / "a" / "data").read_bytes() == (
+        source / "segments" / "a" / "data"
+    ).read_bytes()
+    with pytest.raises(IndexUnavailableError, match="could not be removed"):
+        _copy_tree(source, target)
+    _remove_tree(target)
+    assert not target.exists() and source.exists()
+    _remove_tree(target)  # gone already: nothing to do

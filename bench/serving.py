@@ -103,7 +103,6 @@ from ragkit.retrieval import (  # noqa: E402
     assemble_context,
     build_prompt,
     estimate_tokens,
-    fuse,
     parse_citations,
 )
 from ragkit.settings import PACKAGED_MINILM  # noqa: E402
@@ -131,6 +130,7 @@ from workers import llm as llm_worker  # noqa: E402
 from workers.common import worker_interceptors, workflow_runner  # noqa: E402
 from workers.orchestrator import LIVE_WORKFLOWS  # noqa: E402
 from workflows.answer import rewrite  # noqa: E402
+from workflows.retrieve import fuse_hits  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:
@@ -331,15 +331,7 @@ class Plain:
         fused = (
             [Scored(str(h.chunk_id), h.score) for h in dense_hits]
             if retrieval.keyword == "bm25" and retrieval.fusion_method != "zscore"
-            else fuse(
-                [Scored(str(h.chunk_id), h.score) for h in dense_hits],
-                [Scored(str(h.chunk_id), h.score) for h in keyword_hits],
-                method=retrieval.fusion_method,
-                dense_weight=retrieval.dense_weight,
-                keyword_weight=retrieval.keyword_weight,
-                rrf_k=retrieval.rrf_k,
-                dense_min_spread=retrieval.dense_min_spread,
-            )
+            else fuse_hits(retrieval, dense_hits, keyword_hits)
         )
         began = self.lap("retrieve", began)
         hydrated = await asyncio.to_thread(

@@ -103,7 +103,7 @@ async def retrieve(
         if served_keyword
         else "none"
     )
-    fused = _fuse(plan, dense_hits, keyword)
+    fused = fuse_hits(plan, dense_hits, keyword)
     return Retrieved(
         fused=fused,
         retrieval=label,
@@ -162,7 +162,7 @@ async def _in_index(
         )
     if found.keyword == "bm25":
         return Retrieved(
-            fused=_fuse(plan, found.hits, found.keyword_hits),
+            fused=fuse_hits(plan, found.hits, found.keyword_hits),
             retrieval="hybrid" if use_dense else "keyword_only",
             embed_seconds=found.embed_seconds,
             top_similarity=found.top_similarity,
@@ -180,7 +180,7 @@ async def _in_index(
         )
         keyword = []
     return Retrieved(
-        fused=_fuse(plan, found.hits, keyword),
+        fused=fuse_hits(plan, found.hits, keyword),
         retrieval="hybrid" if keyword or not degradations else "vector_only",
         degradations=degradations,
         embed_seconds=found.embed_seconds,
@@ -205,7 +205,9 @@ async def _postgres_alone(
     )
 
 
-def _fuse(plan: RetrievalPlan, dense: list[VectorHit], keyword: list[VectorHit]) -> list[Scored]:
+def fuse_hits(
+    plan: RetrievalPlan, dense: list[VectorHit], keyword: list[VectorHit]
+) -> list[Scored]:
     """The two ranked lists as one, with the plan's method and weights (workflow code)."""
     return fuse(
         [Scored(str(h.chunk_id), h.score) for h in dense],

@@ -6,9 +6,9 @@ process. `optimize()` copies the shard (`cp` in a niced child), builds the graph
 process (niced, its own GIL), replays the writes made meanwhile onto the copy, and switches to
 it under the read lock for a pointer swap: searches go on against the old shard throughout. The
 old shard is closed after the swap, outside the read lock, and its folder removed by `rm` in a
-niced child. With `optimize_after`,
-the same runs in a background thread whenever that many points arrived since the last build,
-so the graph stays current as documents are ingested, not only after the nightly compaction.
+niced child. With `optimize_after`, the same runs in a background thread whenever that many
+points arrived since the last build, so the graph stays current as documents are ingested, not
+only after the nightly compaction.
 
 On disk, `<path>/CURRENT` names the live shard folder (`shard-<n>`); a shard created before
 this layout lives in `<path>` itself until its first optimize.
@@ -546,6 +546,7 @@ def _point_at(path: Path, shard_dir: Path) -> None:
 # hold no lock of ours and yield the CPU to searches. The fallbacks keep a machine without
 # coreutils working.
 _LOW = ["nice", "-n", "19"]
+_COREUTILS = all(shutil.which(tool) for tool in ("nice", "cp", "rm"))
 
 
 def _copy_tree(source: Path, target: Path) -> None:
@@ -553,8 +554,7 @@ def _copy_tree(source: Path, target: Path) -> None:
         raise IndexUnavailableError(f"cannot copy the shard to {target}: it could not be removed")
     # A shard from before the layout is its index folder itself, so the copy lands inside it:
     # `cp` refuses that, copytree lists the folder before it creates the copy.
-    inside = target.is_relative_to(source)
-    if not inside and shutil.which("cp") and shutil.which(_LOW[0]):
+    if _COREUTILS and not target.is_relative_to(source):
         done = subprocess.run(
             [*_LOW, "cp", "-a", "--", str(source), str(target)], capture_output=True, text=True
         )
@@ -570,7 +570,7 @@ def _remove_tree(tree: Path) -> None:
     """Remove `tree` if it exists; what cannot be removed is left for the next open."""
     if not tree.exists():
         return
-    if shutil.which("rm") and shutil.which(_LOW[0]):
+    if _COREUTILS:
         subprocess.run([*_LOW, "rm", "-rf", "--", str(tree)], capture_output=True)
     else:
         shutil.rmtree(tree, ignore_errors=True)

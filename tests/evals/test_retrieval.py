@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from evals.retrieval import SETS, Question, evaluate, load_questions, score, table, write_corpus
+from evals.retrieval import (
+    SETS,
+    Question,
+    Scores,
+    evaluate,
+    load_questions,
+    score,
+    table,
+    write_corpus,
+)
 from tests.conftest import Stack
 
 
@@ -37,25 +46,31 @@ def test_scores_count_ranks() -> None:
     assert scores.mrr_at_10 == pytest.approx((1 + 1 / 3) / 2)
 
 
+async def evaluated(stack: Stack, set_name: str, tenant: str, folder: Path) -> dict[str, Scores]:
+    """The set ingested for `tenant` through IngestWorkflow, then every question asked in each
+    retrieval mode through SearchWorkflow."""
+    write_corpus(set_name, folder)
+    rag = await stack.rag()
+    ingested = await rag.ingest([str(folder)], tenant=tenant)
+    assert not ingested.failures
+    results = dict(await evaluate(rag, load_questions(set_name), tenant=tenant))
+    print("\n" + table(results))
+    return results
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 async def test_hybrid_beats_dense_only_and_keyword_only_at_hit_at_1(
     stack: Stack, tmp_path: Path
 ) -> None:
-    write_corpus("stdlib", tmp_path / "stdlib")
-    rag = await stack.rag()
-    ingested = await rag.ingest([str(tmp_path / "stdlib")], tenant="eval")
-    assert not ingested.failures
-
-    results = await evaluate(rag, load_questions("stdlib"), tenant="eval")
-    print("\n" + table(dict(results)))
+    results = await evaluated(stack, "stdlib", "eval", tmp_path / "stdlib")
 
     hybrid = results["hybrid"].hit_at_1
-    assert hybrid > results["dense"].hit_at_1, table(dict(results))
-    assert hybrid > results["keyword"].hit_at_1, table(dict(results))
+    assert hybrid > results["dense"].hit_at_1, table(results)
+    assert hybrid > results["keyword"].hit_at_1, table(results)
     # Issue 18: the default hybrid is at least as good as the best single retriever at MRR too.
     best = max(results["dense"].mrr_at_10, results["keyword"].mrr_at_10)
-    assert results["hybrid"].mrr_at_10 >= best, table(dict(results))
+    assert results["hybrid"].mrr_at_10 >= best, table(results)
 
 
 @pytest.mark.integration
@@ -63,19 +78,13 @@ async def test_hybrid_beats_dense_only_and_keyword_only_at_hit_at_1(
 async def test_hybrid_is_as_good_as_bm25_on_the_entity_set(stack: Stack, tmp_path: Path) -> None:
     """Short, entity-centric passages: BM25 alone is the better retriever here, and the default
     fusion must not lose what it finds (issue 18)."""
-    write_corpus("lexers", tmp_path / "lexers")
-    rag = await stack.rag()
-    ingested = await rag.ingest([str(tmp_path / "lexers")], tenant="eval-lexers")
-    assert not ingested.failures
+    results = await evaluated(stack, "lexers", "eval-lexers", tmp_path / "lexers")
 
-    results = await evaluate(rag, load_questions("lexers"), tenant="eval-lexers")
-    print("\n" + table(dict(results)))
-
-    assert results["keyword"].hit_at_1 > results["dense"].hit_at_1, table(dict(results))
+    assert results["keyword"].hit_at_1 > results["dense"].hit_at_1, table(results)
     best = max(results["dense"].hit_at_1, results["keyword"].hit_at_1)
-    assert results["hybrid"].hit_at_1 >= best, table(dict(results))
+    assert results["hybrid"].hit_at_1 >= best, table(results)
     # MRR within less than one question moving from first to second place (1/2 of 1/115 =
     # 0.0043): a lower passage trading places with its neighbour is within the index's
     # statistics (BM25's IDF counts every tenant's chunks, and this stack holds other tests').
     best = max(results["dense"].mrr_at_10, results["keyword"].mrr_at_10)
-    assert results["hybrid"].mrr_at_10 >= best - 0.002, table(dict(results))
+    assert results["hybrid"].mrr_at_10 >= best - 0.002, table(results)

@@ -106,6 +106,10 @@ PROMPT_OVERHEAD_TOKENS = 200
 # How long a client trusts what it last read of the served models' context lengths: a worker
 # restarted with another max_model_len is budgeted for within this many seconds.
 SERVED_MODELS_TTL_SECONDS = 10.0
+# How long the default model alias read from Postgres is reused. A swap waits a second after it
+# switches the alias, then for every answer started up to two seconds after it, before it stops
+# the old worker (durable_rag/model_swap.py): an answer started on a stale read is drained too.
+DEFAULT_MODEL_TTL_SECONDS = 0.5
 
 
 class RagClient:
@@ -119,6 +123,8 @@ class RagClient:
         # model -> the context length its LLM worker announced (ragkit/store/served_models.py)
         self._served: dict[str, int] = {}
         self._served_read_at = float("-inf")
+        self._default_model = ""
+        self._default_read_at = float("-inf")
 
     @property
     def sessions(self) -> sessionmaker[Session]:
@@ -454,17 +460,24 @@ class RagClient:
         digest = int.from_bytes(hashlib.sha256(workflow_id.encode()).digest()[:8], "big")
         return digest / 2**64 < rate
 
-    async def default_model(self) -> str:
-        """The model new answers go to: the `default` alias a swap sets, else the settings'."""
+    async def default_model(self, fresh: bool = False) -> str:
+        """The model new answers go to: the `default` alias a swap sets, else the settings'.
+        Read at most every DEFAULT_MODEL_TTL_SECONDS unless `fresh`: a live request's path has
+        no database round trip of its own before its workflow starts."""
         await self.refresh_served_models()
+        now = time.monotonic()
+        if not fresh and now - self._default_read_at < DEFAULT_MODEL_TTL_SECONDS:
+            return self._default_model
         try:
-            return await asyncio.to_thread(
+            model = await asyncio.to_thread(
                 model_alias.active, self.sessions, self.settings.llm.name
             )
         except SQLAlchemyError as exc:
             # Answering needs Postgres anyway; this keeps the error where it belongs.
             log.warning("cannot read the default model (%s); using %s", exc, self.settings.llm.name)
             return self.settings.llm.name
+        self._default_model, self._default_read_at = model, now
+        return model
 
     async def refresh_served_models(self, force: bool = False) -> None:
         """Read the context length each LLM worker announced, at most every

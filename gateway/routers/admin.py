@@ -54,7 +54,7 @@ async def readiness(settings: Settings, sessions: Any, rag: RagClient) -> dict[s
         "orchestrator worker": settings.temporal.workflow_task_queue,
         "live worker": settings.temporal.live_task_queue,
         "index worker": settings.temporal.index_task_queue,
-        "llm worker": policies.llm_queue(await rag.default_model()),
+        "llm worker": policies.llm_queue(await rag.default_model(fresh=True)),
     }
     for name, queue in queues.items():
         checks[name] = (

@@ -1,6 +1,6 @@
 """The model alias (R13): which served model answers by default. The alias `default` names the
-model new answers go to; the client reads it for every request, and a swap (durable_rag/model_swap.py)
-switches it in one committed row."""
+model new answers go to; clients read it at most every half second, and a swap
+(durable_rag/model_swap.py) switches it in one committed row."""
 
 from __future__ import annotations
 

@@ -11,13 +11,13 @@ import pytest
 from temporalio.client import Client
 
 from durable_rag import model_swap as models
-from durable_rag.client import RagClient
+from durable_rag.client import DEFAULT_MODEL_TTL_SECONDS, RagClient
 from ragkit import policies
 from ragkit.embedding import Embedder
 from ragkit.llm.engine import VllmEngine
 from ragkit.store import model_alias
 from schemas.answer import Answer, AskRequest
-from tests.conftest import Database, running_stack
+from tests.conftest import Database, make_settings, running_stack
 from workers import llm as llm_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -108,3 +108,20 @@ async def test_a_swap_to_a_model_nobody_serves_changes_nothing(
     with pytest.raises(models.SwapError, match="no worker polls llm-ghost"):
         await models.swap(client, database.sessions, "ghost", "current", ready_timeout=1)
     assert model_alias.active(database.sessions, "current") == "current"
+
+
+async def test_the_default_model_is_read_once_per_ttl_and_fresh_on_demand(
+    client: Client, database: Database
+) -> None:
+    """Live requests reuse the alias they read moments ago (no database round trip before their
+    workflow starts); readiness asks for a fresh read. The TTL is shorter than the second a swap
+    waits after it switches, so no answer started after a swap returns uses the old model."""
+    assert DEFAULT_MODEL_TTL_SECONDS < 1.0
+    rag = RagClient(client, make_settings(llm_served_name="before"), database.sessions)
+    assert await rag.default_model() == "before"
+    model_alias.activate(database.sessions, "after", "before")
+    assert await rag.default_model() == "before"  # read moments ago
+    assert await rag.default_model(fresh=True) == "after"
+    model_alias.activate(database.sessions, "again", "before")
+    await asyncio.sleep(DEFAULT_MODEL_TTL_SECONDS)
+    assert await rag.default_model() == "again"

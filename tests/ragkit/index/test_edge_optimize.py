@@ -5,6 +5,7 @@ crash) leaves the live shard whole."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -108,13 +109,20 @@ def test_searches_through_the_read_socket_are_not_degraded_while_an_optimize_run
     assert sorted(p.name for p in index.path.iterdir()) == [CURRENT, "shard-1"]
 
 
-def test_the_build_runs_in_a_child_process(index: EdgeIndex) -> None:
-    """Not in the serving process: the child holds its own interpreter lock."""
+def test_the_build_runs_in_a_child_process_at_idle_priority(index: EdgeIndex) -> None:
+    """Not in the serving process: the child holds its own interpreter lock. It sets itself to
+    SCHED_IDLE as it starts, so it takes no CPU time a search wants."""
     build = threading.Thread(target=index.optimize)
     build.start()
-    assert wait_for_child(index) != os.getpid()
+    pid = wait_for_child(index)
+    assert pid != os.getpid()
+    policies: set[int] = set()
+    while index._child is not None:
+        with contextlib.suppress(ProcessLookupError):  # it may end between two looks
+            policies.add(os.sched_getscheduler(pid))
+        time.sleep(0.002)
     build.join()
-    assert index._child is None
+    assert os.SCHED_IDLE in policies, policies
 
 
 def test_points_arriving_build_the_graph_in_the_background(tmp_path: Path) -> None:

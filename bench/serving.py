@@ -763,11 +763,11 @@ class ServerCpu:
         return (int(fields[11]) + int(fields[12])) / self.tick
 
 
-async def server_cpu_ms(s: Setup, call: Awaitable[T]) -> tuple[T, float, float]:
-    """(result, the server's CPU ms during the call, the call's wall ms)."""
+async def server_cpu_ms(s: Setup, call: Awaitable[T]) -> tuple[T, tuple[float, float]]:
+    """(result, (the server's CPU ms during the call, the call's wall ms))."""
     before, began = s.server_cpu.seconds(), time.perf_counter()
     result = await call
-    return result, (s.server_cpu.seconds() - before) * 1000, (time.perf_counter() - began) * 1000
+    return result, ((s.server_cpu.seconds() - before) * 1000, (time.perf_counter() - began) * 1000)
 
 
 def net_server_cpu(cpu: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
@@ -800,21 +800,21 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
         request = request_for(i, s.max_tokens)
         s.plain.recording = i >= WARMUP
         if i % 2 == 0:
-            p, *p_cpu = await server_cpu_ms(s, timed_plain(s, request))
-            f, *f_cpu = await server_cpu_ms(s, timed_flow(s, request))
+            p, p_cpu = await server_cpu_ms(s, timed_plain(s, request))
+            f, f_cpu = await server_cpu_ms(s, timed_flow(s, request))
         else:
-            f, *f_cpu = await server_cpu_ms(s, timed_flow(s, request))
-            p, *p_cpu = await server_cpu_ms(s, timed_plain(s, request))
-        floor, *floor_cpu = await server_cpu_ms(s, timed_floor(s))
-        empty, *empty_cpu = await server_cpu_ms(s, timed_floor(s, empty=True))
+            f, f_cpu = await server_cpu_ms(s, timed_flow(s, request))
+            p, p_cpu = await server_cpu_ms(s, timed_plain(s, request))
+        floor, floor_cpu = await server_cpu_ms(s, timed_floor(s))
+        empty, empty_cpu = await server_cpu_ms(s, timed_floor(s, empty=True))
         if i >= WARMUP:
             plain_ms.append(p)
             asked.append(f)
             floor_ms.append(floor)
             empty_ms.append(empty)
             measured = {"plain": p_cpu, "answer": f_cpu, "floor": floor_cpu, "empty": empty_cpu}
-            for kind, (ms, wall) in measured.items():
-                cpu[kind].append((ms, wall))
+            for kind, cpu_and_wall in measured.items():
+                cpu[kind].append(cpu_and_wall)
     flow_ms = [a.ms for a in asked]
     steps: dict[str, list[float]] = {}
     for a in asked:

@@ -3,8 +3,9 @@
 Qdrant Edge runs no optimizer of its own, and its `optimize()` holds Python's global lock for
 the whole build (a minute at 100k points), so this adapter never calls it in the serving
 process. `optimize()` copies the shard (`cp` in a niced child), builds the graph in a child
-process (SCHED_IDLE on one CPU, its own GIL), replays the writes made meanwhile onto the copy, and switches to
-it under the read lock for a pointer swap: searches go on against the old shard throughout. The
+process (SCHED_IDLE on one CPU, its own GIL), replays the writes made meanwhile onto the copy,
+and switches to it under the read lock for a pointer swap: searches go on against the old shard
+throughout. The
 old shard is closed after the swap, outside the read lock, and its folder removed by `rm` in a
 niced child. With `optimize_after`, the same runs in a background thread whenever that many
 points arrived since the last build, so the graph stays current as documents are ingested, not

@@ -23,7 +23,7 @@ from ragkit.db import Chunk, Document, GenerationStatus, IndexGeneration, dead_c
 from ragkit.embedding import Embedder
 from ragkit.index import IndexFilter, IndexPoint, VectorIndex
 from ragkit.index.bm25 import Bm25Encoder
-from ragkit.index.generations import Generations
+from ragkit.index.generations import Generations, drop_wait
 from ragkit.index.reads import ActiveReader, search_query
 from ragkit.metrics import CHUNKS_EMBEDDED, STEP_SECONDS
 from schemas.documents import DocumentRef
@@ -398,6 +398,7 @@ class VectorIndexActivities:
             session.flush()  # the one-active index holds between statements
             row.status, row.activated_at = GenerationStatus.ACTIVE, now
             row.points = self.generations.handle(row).count()
+        self.generations.forget_serving()
         try:
             # For readers outside this project; ours follow the pointer committed above.
             self.generations.handle(row).publish_alias(f"{row.collection}-active")
@@ -417,6 +418,8 @@ class VectorIndexActivities:
                 )
             if row.status == GenerationStatus.DROPPED:
                 return
+            # Readers elsewhere may still use the generation they looked up before it retired.
+            time.sleep(drop_wait(row.retired_at, datetime.now(UTC)))
             try:
                 self.generations.drop(row.name)
             except Exception as exc:

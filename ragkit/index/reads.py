@@ -76,11 +76,11 @@ class ActiveReader:
         self.generations = generations
 
     def search(self, vector: Sequence[float], limit: int, where: IndexFilter) -> list[IndexHit]:
-        index = self.generations.active()
+        index = self.generations.serving()
         return list(index.search(list(vector), limit, where))
 
     def search_keyword(self, query: SparseVector, limit: int, where: IndexFilter) -> list[IndexHit]:
-        return list(self.generations.active().search_keyword(query, limit, where))
+        return list(self.generations.serving().search_keyword(query, limit, where))
 
     def search_fused(
         self,
@@ -91,7 +91,7 @@ class ActiveReader:
         where: IndexFilter,
         fusion: Fusion,
     ) -> list[IndexHit]:
-        index = self.generations.active()
+        index = self.generations.serving()
         return list(index.search_fused(list(vector), query, limit, candidates, where, fusion))
 
     def close(self) -> None:

@@ -29,7 +29,7 @@ class One:
     def __init__(self, index: EdgeIndex) -> None:
         self.index = index
 
-    def active(self) -> EdgeIndex:
+    def serving(self) -> EdgeIndex:
         return self.index
 
 

@@ -22,12 +22,12 @@ MODEL = "packaged:all-MiniLM-L6-v2"
 
 
 class OneGeneration:
-    """The one thing ActiveReader asks of `Generations`: the index that serves queries."""
+    """The one thing ActiveReader asks of `Generations`: the index that serves live reads."""
 
     def __init__(self, index: EdgeIndex) -> None:
         self.index = index
 
-    def active(self) -> EdgeIndex:
+    def serving(self) -> EdgeIndex:
         return self.index
 
 

@@ -936,19 +936,21 @@ async def concurrent(s: Setup, concurrency: int, rounds: int) -> dict[str, Any]:
         "gateway": {"tokens": 0, "seconds": 0.0, "ttft": [], "ok": 0, "n": 0, "failed": []},
     }
     answered: list[Streamed] = []
+
+    async def engine_round() -> list[tuple[float, int]]:
+        return await asyncio.gather(*(
+            _engine_stream(s, prompts[QUESTIONS[n % len(QUESTIONS)]]) for n in range(concurrency)
+        ))  # fmt: skip
+
     # Untimed: a fresh engine's first batch this wide takes about twice as long as the next (its
     # KV blocks and buffers are allocated on first use), which would count against whichever
     # side ran first when this row runs alone.
-    await asyncio.gather(*(
-        _engine_stream(s, prompts[QUESTIONS[n % len(QUESTIONS)]]) for n in range(concurrency)
-    ))  # fmt: skip
+    await engine_round()
     order = ["engine", "gateway", "gateway", "engine"] * ((rounds + 1) // 2)
     for r, side in enumerate(order[: 2 * rounds]):
         began = time.perf_counter()
         if side == "engine":
-            results = await asyncio.gather(*(
-                _engine_stream(s, prompts[QUESTIONS[n % len(QUESTIONS)]]) for n in range(concurrency)
-            ))  # fmt: skip
+            results = await engine_round()
             seconds = time.perf_counter() - began
             for ttft, tokens in results:
                 sides[side]["ttft"].append(ttft)

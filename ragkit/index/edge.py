@@ -5,11 +5,10 @@ the whole build (a minute at 100k points), so this adapter never calls it in the
 process. `optimize()` copies the shard (`cp` in a niced child), builds the graph in a child
 process (SCHED_IDLE on one CPU, its own GIL), replays the writes made meanwhile onto the copy,
 and switches to it under the read lock for a pointer swap: searches go on against the old shard
-throughout. The
-old shard is closed after the swap, outside the read lock, and its folder removed by `rm` in a
-niced child. With `optimize_after`, the same runs in a background thread whenever that many
-points arrived since the last build, so the graph stays current as documents are ingested, not
-only after the nightly compaction.
+throughout. The old shard is closed after the swap, outside the read lock, and its folder
+removed by `rm` in a niced child. With `optimize_after`, the same runs in a background thread
+whenever that many points arrived since the last build, so the graph stays current as documents
+are ingested, not only after the nightly compaction.
 
 On disk, `<path>/CURRENT` names the live shard folder (`shard-<n>`); a shard created before
 this layout lives in `<path>` itself until its first optimize.

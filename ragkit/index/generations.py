@@ -116,7 +116,9 @@ class Generations:
         """The generation that serves queries. A generation built with another embedding model
         cannot be searched with this worker's vectors: that is a configuration error until a
         rebuild for this model switches over."""
-        row = self.active_row()
+        return self._searchable(self.active_row())
+
+    def _searchable(self, row: IndexGeneration) -> VectorIndex:
         if not self.compatible(row):
             raise IndexConfigError(
                 f"the active index generation {row.name!r} holds {row.dimension}-dimensional "
@@ -132,12 +134,8 @@ class Generations:
         now = time.monotonic()
         cached = self._serving
         if cached is None or now - cached[1] >= SERVING_TTL_SECONDS:
-            row = self.active_row()
-            self._serving = cached = (row, now)
-        row = cached[0]
-        if not self.compatible(row):
-            return self.active()  # raises the configuration error, from a fresh read
-        return self.handle(row)
+            self._serving = cached = (self.active_row(), now)
+        return self._searchable(cached[0])
 
     def forget_serving(self) -> None:
         """A switch or a drop in this process: its readers look the active generation up anew."""

@@ -35,10 +35,12 @@ machine hits both sides. A breakdown per hop, from the workflows' histories
 (client call until the first workflow task starts), the local steps, the workflow tasks, the
 dispatch of `generate` to the LLM worker, and from the engine's first token to the SSE frame. It
 also counts the remote activity dispatches before `generate` per answer (the goal is 0: one hop
-to the engine); local activities are MarkerRecorded events. Two probes in this process add
-detail without changing what runs: the token publisher is wrapped to time each stream's first
-NOTIFY, and the recorded answer histories are replayed with and without the SDK's sandbox (the
-workflow code's own CPU per answer).
+to the engine); local activities are MarkerRecorded events. A workflow task that timed out is
+counted by which task it was and how (never picked up from the sticky or normal queue, or held
+past the task timeout): each one costs its answer the live task timeout. Two probes in this
+process add detail without changing what runs: the token publisher is wrapped to time each
+stream's first NOTIFY, and the recorded answer histories are replayed with and without the SDK's
+sandbox (the workflow code's own CPU per answer).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
+from temporalio.api.enums.v1 import TaskQueueKind, TimeoutType  # noqa: E402
 from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
 from temporalio.client import Client, WorkflowHistory  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
@@ -535,7 +538,18 @@ class Hops:
     workflow_tasks: int = 0
     generate_started: float = float("nan")  # wall clock, server's event time
     task_timeouts: int = 0  # workflow tasks timed out (lost, or held past the task timeout)
+    # Which ones and how, e.g. "task 2 schedule_to_start (sticky)": a timeout costs its answer
+    # the task timeout, so where it happens says what to change.
+    task_timeout_kinds: list[str] = field(default_factory=list)
     task_failures: int = 0
+
+
+def _kinds(counted: dict[str, int]) -> str:
+    return " (" + ", ".join(f"{k}: {n}" for k, n in counted.items()) + ")" if counted else ""
+
+
+def _queue_kind(kind: TaskQueueKind.ValueType) -> str:
+    return TaskQueueKind.Name(kind).removeprefix("TASK_QUEUE_KIND_").lower()
 
 
 def read_hops(events: list[HistoryEvent], called_at: float, returned_at: float) -> Hops:
@@ -546,11 +560,13 @@ def read_hops(events: list[HistoryEvent], called_at: float, returned_at: float) 
     scheduled: dict[int, tuple[str, float]] = {}  # activity scheduled event id -> (type, at)
     wft_scheduled = 0.0
     wft_started = 0.0
+    wft_queue = ""  # the kind of task queue the latest workflow task was scheduled on
     generate_seen = False
     for event in events:
         at = _at(event)
         if event.HasField("workflow_task_scheduled_event_attributes"):
             wft_scheduled = at
+            wft_queue = _queue_kind(event.workflow_task_scheduled_event_attributes.task_queue.kind)
         elif event.HasField("workflow_task_started_event_attributes"):
             hops.workflow_tasks += 1
             n = hops.workflow_tasks
@@ -562,6 +578,12 @@ def read_hops(events: list[HistoryEvent], called_at: float, returned_at: float) 
             wft_started = at
         elif event.HasField("workflow_task_timed_out_event_attributes"):
             hops.task_timeouts += 1
+            timeout = event.workflow_task_timed_out_event_attributes.timeout_type
+            # A task that never started is the next one; one that ran over, the last started.
+            never_started = timeout == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START
+            n = hops.workflow_tasks + 1 if never_started else hops.workflow_tasks
+            kind = TimeoutType.Name(timeout).removeprefix("TIMEOUT_TYPE_").lower()
+            hops.task_timeout_kinds.append(f"task {n} {kind} ({wft_queue})")
         elif event.HasField("workflow_task_failed_event_attributes"):
             hops.task_failures += 1
         elif event.HasField("workflow_task_completed_event_attributes"):
@@ -683,6 +705,7 @@ def dispatch_counts(hops: list[Hops]) -> dict[str, Any]:
         "local_kinds": dict(Counter(k for h in hops for k in h.local_activities)),
         "workflow_tasks_p50": pct([float(h.workflow_tasks) for h in hops], 0.5),
         "workflow_task_timeouts": sum(h.task_timeouts for h in hops),
+        "workflow_task_timeout_kinds": dict(Counter(k for h in hops for k in h.task_timeout_kinds)),
         "workflow_task_failures": sum(h.task_failures for h in hops),
     }
 
@@ -1272,7 +1295,8 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
               f"{c['remote_before_generate']}; remote activities {c['remote_kinds']}; local "
               f"activities (markers) per workflow P50 {c['local_per_answer_p50']:.0f} "
               f"{c['local_kinds']}; workflow tasks P50 {c['workflow_tasks_p50']:.0f}, "
-              f"timed out {c['workflow_task_timeouts']}, failed {c['workflow_task_failures']}")  # fmt: skip
+              f"timed out {c['workflow_task_timeouts']}{_kinds(c['workflow_task_timeout_kinds'])}, "
+              f"failed {c['workflow_task_failures']}")  # fmt: skip
     if "answer" in out:
         print(f"  eager starts: {out['answer']['eager']}/{len(out['answer']['flow_ms'])}")
     problems = [*out.get("ttft", {}).get("failed", [])]

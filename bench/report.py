@@ -188,7 +188,10 @@ def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({
             "figure": f"vector search P99 (ms), {chunks}, {row.get('state', '')}, "
                       f"filter {row.get('filter', '')}"
-                      + (f", {row.get('degraded', '?')} degraded" if during else ""),
+                      + (f", {row.get('degraded', '?')} degraded" if during else "")
+                      + (f", {row['optimize_rounds']} optimizes pooled (each: "
+                         + " / ".join(f"x{r:.2f}" for r in row["p99_ratio_per_round"]) + ")"
+                         if during and row.get("p99_ratio_per_round") else ""),
             "plain-loop baseline": row.get("idle_p99_ms", "") if during else "",
             "durable-rag": p99,
             "ratio": row["p99_ratio_to_idle"] if during else p99 / 50.0,

@@ -6,9 +6,10 @@ Every part is a real process (bench/stack.py): Temporal dev server, Postgres, or
 and LLM workers. The load (bench/load.py) runs for `--duration` (default 10 minutes): two clients
 asking questions, one ingesting a new document at a time, one conversation. Per time window it
 reports the requests finished, throughput, failures, latency P50/P99, and the resident memory of
-each part (with its child processes). At the end: the drift of P99 and of each part's RSS from
-the first window to the last. A growing RSS or P99 under a steady load is a leak or a slowdown
-that would take a production service down after hours.
+each part (with its child processes); the windows cover the load's own time, and requests still
+in flight when it stops count in the last one. At the end: the drift of P99 and of each part's
+RSS from the first window to the last. A growing RSS or P99 under a steady load is a leak or a
+slowdown that would take a production service down after hours.
 """
 
 from __future__ import annotations
@@ -82,11 +83,17 @@ class SoakReport:
 
 
 def _windows(
-    outcomes: list[Outcome], began: float, window: float, rss: list[tuple[float, dict[str, int]]]
+    outcomes: list[Outcome],
+    began: float,
+    stopped: float,
+    window: float,
+    rss: list[tuple[float, dict[str, int]]],
 ) -> list[Window]:
+    """Windows over the load's own time, `began` to `stopped`. Counted from the last completion
+    instead, a drain longer than half a window made a window of its own: a handful of requests
+    in flight at the stop, compared as if it were a window of steady load."""
     windows: list[Window] = []
-    count = max(1, round((max((o.started + o.seconds for o in outcomes), default=began) - began)
-                         / window))  # fmt: skip
+    count = max(1, round((stopped - began) / window))
     for i in range(count):
         lo, hi = began + i * window, began + (i + 1) * window
         done = [o for o in outcomes if lo <= o.started + o.seconds < hi]
@@ -123,11 +130,12 @@ async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakR
         rss.append((time.monotonic(), await asyncio.to_thread(stack.rss)))
         await asyncio.sleep(min(5.0, window / 3))
     stop.set()
+    stopped = time.monotonic()
     await running
     rss.append((time.monotonic(), await asyncio.to_thread(stack.rss)))
     outcomes = load.ledger.outcomes
     report = SoakReport(duration_s=duration, window_s=window)
-    report.windows = _windows(outcomes, began, window, rss)
+    report.windows = _windows(outcomes, began, stopped, window, rss)
     report.requests = len(outcomes)
     report.failed = sum(1 for o in outcomes if o.status == "failed")
     report.degraded = sum(1 for o in outcomes if o.status == "degraded")

@@ -694,6 +694,8 @@ def main() -> None:
     )
     parser.add_argument("--no-embedding", action="store_true", help="skip the MiniLM timing")
     args = parser.parse_args()
+    if args.optimize_rounds < 1:
+        parser.error("--optimize-rounds must be at least 1")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 
     started = time.perf_counter()

@@ -10,15 +10,15 @@ from temporalio.api.history.v1 import HistoryEvent
 from bench.serving import dispatch_counts, read_hops
 
 
-def event(n: int, at: float, **attributes: object) -> HistoryEvent:
-    e = HistoryEvent(event_id=n, **attributes)  # type: ignore[arg-type]
+def event(n: int, at: float) -> HistoryEvent:
+    e = HistoryEvent(event_id=n)
     e.event_time.FromNanoseconds(int(at * 1e9))
     return e
 
 
-def scheduled(n: int, at: float, kind: int) -> HistoryEvent:
+def scheduled(n: int, at: float, kind: TaskQueueKind.ValueType) -> HistoryEvent:
     e = event(n, at)
-    e.workflow_task_scheduled_event_attributes.task_queue.kind = kind  # type: ignore[assignment]
+    e.workflow_task_scheduled_event_attributes.task_queue.kind = kind
     return e
 
 
@@ -28,9 +28,9 @@ def started(n: int, at: float) -> HistoryEvent:
     return e
 
 
-def timed_out(n: int, at: float, timeout: int) -> HistoryEvent:
+def timed_out(n: int, at: float, timeout: TimeoutType.ValueType) -> HistoryEvent:
     e = event(n, at)
-    e.workflow_task_timed_out_event_attributes.timeout_type = timeout  # type: ignore[assignment]
+    e.workflow_task_timed_out_event_attributes.timeout_type = timeout
     return e
 
 

@@ -537,11 +537,15 @@ class Hops:
     local_activities: list[str] = field(default_factory=list)
     workflow_tasks: int = 0
     generate_started: float = float("nan")  # wall clock, server's event time
-    task_timeouts: int = 0  # workflow tasks timed out (lost, or held past the task timeout)
-    # Which ones and how, e.g. "task 2 schedule_to_start (sticky)": a timeout costs its answer
-    # the task timeout, so where it happens says what to change.
+    # Workflow tasks that timed out (lost, or held past the task timeout), which ones and how,
+    # e.g. "task 2 schedule_to_start (sticky)": a timeout costs its answer the task timeout, so
+    # where it happens says what to change.
     task_timeout_kinds: list[str] = field(default_factory=list)
     task_failures: int = 0
+
+    @property
+    def task_timeouts(self) -> int:
+        return len(self.task_timeout_kinds)
 
 
 def _kinds(counted: dict[str, int]) -> str:
@@ -577,7 +581,6 @@ def read_hops(events: list[HistoryEvent], called_at: float, returned_at: float) 
                 hops.ms[f"workflow task {n} dispatch"] = (at - wft_scheduled) * 1000
             wft_started = at
         elif event.HasField("workflow_task_timed_out_event_attributes"):
-            hops.task_timeouts += 1
             timeout = event.workflow_task_timed_out_event_attributes.timeout_type
             # A task that never started is the next one; one that ran over, the last started.
             never_started = timeout == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START

@@ -317,6 +317,10 @@ class Paced:
     latencies: list[float]  # each search's, in seconds
     degraded: int  # failed, or slower than the read socket's timeout (the live path's fallback)
 
+    @property
+    def p99_ms(self) -> float:
+        return percentile(np.asarray(self.latencies or [0.0]) * 1000, 99)
+
 
 def pooled(runs: list[Paced], queries: list[Query]) -> dict[str, Any]:
     """Latency figures of several runs' searches together, and their degraded count."""
@@ -519,15 +523,14 @@ def run_size(
             optimizes.append(paced_searches(index, paced, args.limit, index.optimize))
         idle, during = pooled(idles, paced), pooled(optimizes, paced)
         add("before optimize, paced", "tenant", idle)
-        p99 = [
-            percentile(np.asarray(run.latencies or [0.0]) * 1000, 99) for run in idles + optimizes
-        ]
         rounds = args.optimize_rounds
         during |= {
             "p99_ratio_to_idle": during["p99_ms"] / idle["p99_ms"],
             "idle_p99_ms": idle["p99_ms"],
             "optimize_rounds": rounds,
-            "p99_ratio_per_round": [round(p99[rounds + n] / p99[n], 2) for n in range(rounds)],
+            "p99_ratio_per_round": [
+                round(o.p99_ms / i.p99_ms, 2) for i, o in zip(idles, optimizes, strict=True)
+            ],
         }
         add("during optimize", "tenant", during)
         figures |= {

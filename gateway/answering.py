@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import HTTPException, Request
@@ -56,6 +56,30 @@ async def admit(
         GATEWAY_REJECTED.labels(route, model_label(chosen, model, rag.settings)).inc()
         log.warning("refused %s: %s", route, exc)
         raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from exc
+
+
+async def take_turn(request: Request, ticket: Ticket, settings: Settings) -> float:
+    """Wait for the ticket's place in its model's start window (ragkit/admission.py): streamed
+    requests reach the engine in arrival order, a batch at a time. Returns the seconds left of
+    the access timeout; 429 with Retry-After when no place came within it (nothing was
+    started, the ticket is released)."""
+    timeout = settings.access_timeout_seconds
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    try:
+        await asyncio.wait_for(ticket.take_turn(), timeout)
+    except TimeoutError as exc:
+        ticket.release()
+        route = getattr(request.scope.get("route"), "path", None) or "unmatched"
+        GATEWAY_REJECTED.labels(route, model_label(ticket.model, None, settings)).inc()
+        retry = ticket.retry_after
+        raise HTTPException(
+            429,
+            f"overloaded: no turn to start a generation of model {ticket.model!r} within "
+            f"{timeout:g} s; retry after {retry} s",
+            headers={"Retry-After": str(retry)},
+        ) from exc
+    return max(1.0, timeout - (loop.time() - began))
 
 
 def model_label(chosen: str, requested: str | None, settings: Settings) -> str:
@@ -204,6 +228,7 @@ async def answer_events(
     queue: asyncio.Queue[Any],
     listener: TokenListener,
     timeout: float,
+    on_text: Callable[[], None] | None = None,
 ) -> AsyncGenerator[dict[str, str], None]:
     """`start`, then `token` (text) and `reset` (start over) events, then `answer` (the
     whole Answer) or `error`. A client that leaves cancels the workflow."""
@@ -211,7 +236,7 @@ async def answer_events(
     closed = False
     try:
         yield {"event": "start", "data": json.dumps({"trace_id": handle.id})}
-        async for event in text_events(queue, result, timeout):
+        async for event in text_events(queue, result, timeout, on_text):
             yield event
         answer = result.result()
         closed = True

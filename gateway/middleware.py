@@ -30,6 +30,11 @@ class RequestId:
     def __init__(self, app: Any) -> None:
         self.app = app
 
+    @property
+    def state(self) -> Any:
+        """The wrapped app's state: create_app's caller reads it as the FastAPI app's."""
+        return self.app.state
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -78,6 +83,10 @@ class BodyLimit:
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
+
+    @property
+    def state(self) -> Any:
+        return self.app.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

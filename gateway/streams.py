@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +56,24 @@ class _Parts:
 
 
 async def relay(
-    queue: asyncio.Queue[TokenEvent], result: asyncio.Future[Any], timeout: float
+    queue: asyncio.Queue[TokenEvent],
+    result: asyncio.Future[Any],
+    timeout: float,
+    on_text: Callable[[], None] | None = None,
 ) -> AsyncIterator[Token | Reset]:
     """Yield the stream's tokens until `result` is done, then what is left of the stream.
-    TimeoutError when the result is not in within `timeout` seconds."""
+    TimeoutError when the result is not in within `timeout` seconds. `on_text` is called once,
+    before the first token (the request's place in the start window goes to the next)."""
+    async for item in _relay(queue, result, timeout):
+        if on_text is not None:
+            on_text()
+            on_text = None
+        yield item
+
+
+async def _relay(
+    queue: asyncio.Queue[TokenEvent], result: asyncio.Future[Any], timeout: float
+) -> AsyncIterator[Token | Reset]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     parts = _Parts()
@@ -90,10 +104,13 @@ async def relay(
 
 
 async def text_events(
-    queue: asyncio.Queue[TokenEvent], result: asyncio.Future[Any], timeout: float
+    queue: asyncio.Queue[TokenEvent],
+    result: asyncio.Future[Any],
+    timeout: float,
+    on_text: Callable[[], None] | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """`relay` as Server-Sent Events: `token` (`{"text"}`) and `reset` (`{"part"}`, start over)."""
-    async for item in relay(queue, result, timeout):
+    async for item in relay(queue, result, timeout, on_text):
         if isinstance(item, Token):
             yield {"event": "token", "data": json.dumps({"text": item.text})}
         else:

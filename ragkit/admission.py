@@ -21,12 +21,23 @@ seconds one batch takes to drain (T, rounded up, at least 1), when a slot is sur
 freed. The count is per process (one event loop): with several gateway processes, give each its
 share of the bound.
 
+The start window orders what comes before generation. An admitted streamed request takes a place
+in its model's window before its workflow starts and gives it up at its first token (or its
+end); at most `start_window` hold one, and the rest wait in arrival order. Retrieval, the
+workflow's tasks and the dispatch are CPU work: fifty at once share the CPU and all reach the
+engine after about fifty times one's cost, while the engine needs only its batch to start
+decoding. In order, the first batch reaches it after a batch's worth, and the rest follow while it
+decodes (bench/serving.py, row 4: the first generation began ~2 s into a burst of 50, ~0.4 s
+with the window).
+
 Pure: nothing here knows about HTTP, Temporal or the engine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -73,6 +84,7 @@ class Limits:
     queue_bound: int
     batch_seconds: float
     max_answer_tokens: int = 1
+    start_window: int = 0  # streamed requests on their way to the engine at once; 0: no window
 
     @property
     def capacity(self) -> int:
@@ -106,6 +118,7 @@ class Limits:
             queue_bound=bound,
             batch_seconds=batch_seconds(llm.max_answer_tokens, llm.per_token_seconds),
             max_answer_tokens=llm.max_answer_tokens,
+            start_window=llm.max_num_seqs if llm.start_window is None else llm.start_window,
         )
 
 
@@ -131,8 +144,26 @@ class Ticket:
     def __init__(self, admission: Admission, model: str, tokens: int) -> None:
         self._admission, self.model, self.tokens = admission, model, tokens
         self.released = False
+        self.in_window = False  # holds a place in the model's start window
+
+    @property
+    def retry_after(self) -> int:
+        return self._admission.limits(self.model).retry_after
+
+    async def take_turn(self) -> None:
+        """Wait for a place in the model's start window (at once while it has room). A waiter
+        that is cancelled (its timeout) leaves the line, and takes no place."""
+        await self._admission._enter_window(self)
+
+    def streaming(self) -> None:
+        """Its first token is out: its place in the start window goes to the next in line.
+        Harmless when it holds none."""
+        if self.in_window:
+            self.in_window = False
+            self._admission._leave_window(self.model)
 
     def release(self) -> None:
+        self.streaming()
         if not self.released:
             self.released = True
             self._admission._release(self.model, self.tokens)
@@ -160,6 +191,8 @@ class Admission:
         self._limits = limits
         self._in_flight: dict[str, int] = {}
         self._tokens: dict[str, int] = {}
+        self._in_window: dict[str, int] = {}  # places held in each model's start window
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}  # in arrival order
         self.admitted = 0
         self.refused = 0
 
@@ -190,6 +223,50 @@ class Admission:
         self._tokens[model] = held + cost
         self.admitted += 1
         return Ticket(self, model, cost)
+
+    def in_window(self, model: str) -> int:
+        return self._in_window.get(model, 0)
+
+    def waiting(self, model: str) -> int:
+        return len(self._waiting.get(model, ()))
+
+    async def _enter_window(self, ticket: Ticket) -> None:
+        model, size = ticket.model, self.limits(ticket.model).start_window
+        if size <= 0 or ticket.in_window:
+            return
+        line = self._waiting.setdefault(model, deque())
+        if self.in_window(model) < size and not line:
+            self._in_window[model] = self.in_window(model) + 1
+            ticket.in_window = True
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        line.append(turn)
+        try:
+            await turn  # _leave_window hands its place over: the count stays as it is
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                ticket.in_window = True  # handed over as it was cancelled: pass it on
+                ticket.streaming()
+            else:
+                line.remove(turn)
+            raise
+        finally:
+            if not line:
+                self._waiting.pop(model, None)
+        ticket.in_window = True
+
+    def _leave_window(self, model: str) -> None:
+        line = self._waiting.get(model)
+        while line:
+            turn = line.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        left = self.in_window(model) - 1
+        if left > 0:
+            self._in_window[model] = left
+        else:
+            self._in_window.pop(model, None)
 
     def _release(self, model: str, tokens: int) -> None:
         left = self._in_flight.get(model, 0) - 1

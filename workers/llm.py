@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 from activities.inference import InferenceActivities
 from ragkit import policies
+from ragkit.cpus import bind_engine, engine_split, isolate_engine
 from ragkit.db import make_sessionmaker
 from ragkit.gpu import register_gpu_metrics
 from ragkit.llm.engine import EngineConfig, LLMEngine, OpenAIEngine, VllmEngine
@@ -57,7 +58,15 @@ def load_engine(settings: Settings) -> LLMEngine:
             .policy_for("generate")
             .start_to_close.total_seconds(),
         )
-    return VllmEngine(
+    split = engine_split(settings)
+    if split and not bind_engine(split):
+        log.warning(
+            "VLLM_CPU_OMP_THREADS_BIND=%s is exported: the engine binds as it says and this "
+            "worker moves none of its threads (unset it to use DURABLE_RAG_LLM_CPU_ENGINE_CPUS)",
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"],
+        )
+        split = None
+    engine = VllmEngine(
         EngineConfig(
             model=model,
             served_name=settings.llm.name,
@@ -69,6 +78,10 @@ def load_engine(settings: Settings) -> LLMEngine:
             enforce_eager=settings.llm.enforce_eager,
         )
     )
+    if split:
+        moved = isolate_engine(split)
+        log.info("CPU engine isolated: %s (%d threads moved)", split.describe(), moved)
+    return engine
 
 
 def build_worker(

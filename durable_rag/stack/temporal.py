@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from durable_rag.stack.process import Process, StackError, port_in_use, venv_bin
@@ -43,8 +44,10 @@ class TemporalDevServer:
         namespace: str = "default",
         dynamic_config: tuple[str, ...] = DYNAMIC_CONFIG,
         ui_codec_endpoint: str | None = None,
+        cpus: Collection[int] | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.cpus = cpus  # where it runs: the serving CPUs beside a CPU engine (ragkit/cpus.py)
         self.port = port
         self.ui_port = ui_port
         self.metrics_port = metrics_port
@@ -97,7 +100,7 @@ class TemporalDevServer:
         argv += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
         if self.ui_port and self.ui_codec_endpoint:
             argv += ["--ui-codec-endpoint", self.ui_codec_endpoint]
-        self.process.spawn(argv)
+        self.process.spawn(argv, cpus=self.cpus)
         try:
             self.wait_healthy(timeout)
         except BaseException:

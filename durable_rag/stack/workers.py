@@ -8,11 +8,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Collection
 from pathlib import Path
 
 from temporalio.client import Client
 
-from durable_rag.stack.process import Process
+from durable_rag.stack.process import Process, StackError
+from ragkit.cpus import CpuIsolationError, engine_split
 from ragkit.policies import llm_queue
 from ragkit.settings import Settings
 from ragkit.temporal import queue_has_poller
@@ -38,12 +40,32 @@ def worker_process(data_dir: Path, kind: str, n: int = 1) -> Process:
     )
 
 
+# Beside a CPU engine, the parts that answer live questions start on the serving CPUs (`serving`,
+# ragkit/cpus.py). The index worker embeds in bulk, niced, on whatever CPU is idle; the LLM worker
+# starts unpinned and moves itself once its engine's threads are bound (workers/llm.py).
+PINNED_KINDS = ("orchestrator",)
+
+
 def spawn_worker(
-    data_dir: Path, kind: str, env: dict[str, str] | None = None, n: int = 1
+    data_dir: Path,
+    kind: str,
+    env: dict[str, str] | None = None,
+    n: int = 1,
+    serving: Collection[int] | None = None,
 ) -> Process:
     process = worker_process(data_dir, kind, n)
-    process.spawn([sys.executable, "-m", f"workers.{kind}"], env=env, cwd=ROOT)
+    cpus = serving if kind in PINNED_KINDS else None
+    process.spawn([sys.executable, "-m", f"workers.{kind}"], env=env, cwd=ROOT, cpus=cpus)
     return process
+
+
+def serving_cpus(settings: Settings) -> tuple[int, ...] | None:
+    """The CPUs the serving parts run on beside the settings' CPU engine; None: unpinned."""
+    try:
+        split = engine_split(settings)
+    except CpuIsolationError as exc:
+        raise StackError(str(exc)) from exc
+    return split.serving if split else None
 
 
 def polled(address: str, namespace: str, queue: str) -> bool:

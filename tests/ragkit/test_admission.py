@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -149,3 +150,76 @@ def test_out_of_range_admission_settings_are_refused(field: str, value: object) 
     with pytest.raises(ValidationError) as info:
         Settings(**{field: value})
     assert field in str(info.value)
+
+
+def window(size: int) -> Admission:
+    return Admission(Limits(max_num_seqs=8, queue_bound=100, batch_seconds=2, start_window=size))
+
+
+async def test_the_start_window_lets_a_batch_on_and_the_rest_follow_in_arrival_order() -> None:
+    admission = window(2)
+    tickets = [admission.admit("m") for _ in range(5)]
+    order: list[int] = []
+
+    async def turn(n: int) -> None:
+        await tickets[n].take_turn()
+        order.append(n)
+
+    tasks = [asyncio.create_task(turn(n)) for n in range(5)]
+    await asyncio.sleep(0)
+    assert order == [0, 1] and admission.in_window("m") == 2 and admission.waiting("m") == 3
+    tickets[1].streaming()  # its first token: its place goes to the first in line
+    tickets[1].streaming()  # twice is harmless
+    await asyncio.sleep(0)
+    assert order == [0, 1, 2] and admission.in_window("m") == 2
+    tickets[0].release()  # ended without a token: the same
+    tickets[2].release()
+    await asyncio.gather(*tasks)
+    assert order == [0, 1, 2, 3, 4] and admission.waiting("m") == 0
+    for ticket in tickets:
+        ticket.release()
+    assert admission.in_window("m") == 0 and admission.in_flight("m") == 0
+
+
+async def test_a_waiter_that_gives_up_leaves_the_line_and_holds_no_place() -> None:
+    admission = window(1)
+    first, second, third = (admission.admit("m") for _ in range(3))
+    await first.take_turn()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(second.take_turn(), 0.05)
+    assert admission.waiting("m") == 0 and not second.in_window
+    waiting = asyncio.create_task(third.take_turn())
+    await asyncio.sleep(0)
+    first.streaming()
+    await waiting
+    assert third.in_window and admission.in_window("m") == 1
+
+
+async def test_a_place_handed_to_a_cancelled_waiter_goes_on_to_the_next() -> None:
+    admission = window(1)
+    first, second, third = (admission.admit("m") for _ in range(3))
+    await first.take_turn()
+    waiters = [asyncio.create_task(t.take_turn()) for t in (second, third)]
+    await asyncio.sleep(0)
+    first.streaming()  # hands the place to `second`, which is cancelled before it runs
+    waiters[0].cancel()
+    await asyncio.gather(waiters[0], return_exceptions=True)
+    await waiters[1]
+    assert not second.in_window and third.in_window and admission.in_window("m") == 1
+
+
+async def test_models_have_windows_of_their_own_and_zero_means_none() -> None:
+    admission = window(1)
+    await admission.admit("a").take_turn()
+    await asyncio.wait_for(admission.admit("b").take_turn(), 1)  # another model's window
+    unbounded = window(0)
+    for _ in range(20):
+        await asyncio.wait_for(unbounded.admit("m").take_turn(), 1)
+    assert unbounded.in_window("m") == 0
+
+
+def test_the_start_window_is_the_engines_batch_unless_set() -> None:
+    assert Limits.from_settings(Settings(llm_max_num_seqs=6).llm).start_window == 6
+    assert Limits.from_settings(Settings(llm_start_window=0).llm).start_window == 0
+    with pytest.raises(ValidationError):
+        Settings(llm_start_window=-1)

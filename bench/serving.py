@@ -1051,7 +1051,7 @@ async def in_process(
     # moves there once the engine's threads are bound. DURABLE_RAG_LLM_CPU_ENGINE_CPUS=off
     # compares without.
     split = engine_split(Settings())
-    if split and not bind_engine(split):
+    if split and bind_engine(split) != split.omp_bind:
         split = None
     async with bench_services(
         "serving",

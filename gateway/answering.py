@@ -2,7 +2,8 @@
 conversation endpoints share.
 
 Errors come out as the caller sees them: a bad request is a 422, a reused request id a 409,
-a model with no room for one more generation a 429 with Retry-After (nothing started), no
+a model with no room for one more generation a 429 with Retry-After (nothing started), as is a
+stream that got no turn in its model's start window within the access timeout, no
 answer within the access timeout a 504 (and the run is cancelled), no token stream a 503.
 A client that leaves gets its run cancelled; its request is logged and counted as 499.
 """

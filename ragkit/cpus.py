@@ -20,6 +20,7 @@ serving parts get the other CPUs this process may use.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Callable, Collection
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragkit.settings import Settings
+
+log = logging.getLogger(__name__)
 
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _SYSFS = Path("/sys/devices/system/cpu")
@@ -152,13 +155,24 @@ def spawn_on(cpus: Collection[int] | None) -> Callable[[], None] | None:
     return lambda: os.sched_setaffinity(0, chosen)
 
 
-def bind_engine(split: CpuSplit) -> str:
-    """Before the engine loads: its OpenMP threads go on the engine's CPUs. The process must not
-    be pinned yet: libgomp refuses places outside the mask its process starts with. Returns the
-    binding in effect: an exported VLLM_CPU_OMP_THREADS_BIND wins, and where it differs from
-    `split.omp_bind` nothing should be isolated, since where the engine's threads go is then the
-    operator's choice."""
-    return os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", split.omp_bind)
+def bind_engine(settings: Settings) -> CpuSplit | None:
+    """Before the engine loads: the split to isolate once it has loaded, with its OpenMP threads
+    bound to the engine's CPUs (VLLM_CPU_OMP_THREADS_BIND). The process must not be pinned yet:
+    libgomp refuses places outside the mask its process starts with. None where nothing is
+    isolated, and also where VLLM_CPU_OMP_THREADS_BIND is exported otherwise: where the engine's
+    threads go is then the operator's choice."""
+    split = engine_split(settings)
+    if split is None:
+        return None
+    bound = os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", split.omp_bind)
+    if bound != split.omp_bind:
+        log.warning(
+            "VLLM_CPU_OMP_THREADS_BIND=%s is exported: the engine binds as it says and no thread "
+            "is moved (unset it to use DURABLE_RAG_LLM_CPU_ENGINE_CPUS)",
+            bound,
+        )
+        return None
+    return split
 
 
 def isolate_engine(split: CpuSplit, pid: int = 0) -> int:

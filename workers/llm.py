@@ -20,7 +20,7 @@ from temporalio.worker import Worker
 
 from activities.inference import InferenceActivities
 from ragkit import policies
-from ragkit.cpus import bind_engine, engine_split, isolate_engine
+from ragkit.cpus import bind_engine, isolate_engine
 from ragkit.db import make_sessionmaker
 from ragkit.gpu import register_gpu_metrics
 from ragkit.llm.engine import EngineConfig, LLMEngine, OpenAIEngine, VllmEngine
@@ -58,14 +58,7 @@ def load_engine(settings: Settings) -> LLMEngine:
             .policy_for("generate")
             .start_to_close.total_seconds(),
         )
-    split = engine_split(settings)
-    if split and (bound := bind_engine(split)) != split.omp_bind:
-        log.warning(
-            "VLLM_CPU_OMP_THREADS_BIND=%s is exported: the engine binds as it says and this "
-            "worker moves none of its threads (unset it to use DURABLE_RAG_LLM_CPU_ENGINE_CPUS)",
-            bound,
-        )
-        split = None
+    split = bind_engine(settings)
     engine = VllmEngine(
         EngineConfig(
             model=model,

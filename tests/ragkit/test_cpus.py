@@ -14,11 +14,17 @@ from pydantic import ValidationError
 
 from durable_rag.stack.process import Process
 from ragkit import cpus
-from ragkit.cpus import CpuIsolationError, CpuSplit, engine_split, isolate_engine, split_cpus
+from ragkit.cpus import (
+    CpuIsolationError,
+    CpuSplit,
+    bind_engine,
+    engine_split,
+    isolate_engine,
+    split_cpus,
+)
 from ragkit.settings import Settings
 
 MACHINE = sorted(os.sched_getaffinity(0))
-two_cpus = pytest.mark.skipif(len(MACHINE) < 2, reason="pinning apart needs two CPUs")
 
 
 def test_cpu_lists_parse_and_format_both_ways() -> None:
@@ -85,7 +91,6 @@ def affinities(pid: int) -> dict[int, frozenset[int]]:
     }
 
 
-@two_cpus
 def test_a_part_spawned_on_cpus_runs_there_and_so_does_what_it_forks(tmp_path: Path) -> None:
     process = Process("sleeper", tmp_path / "sleeper.pid", tmp_path / "sleeper.log")
     pid = process.spawn(["sh", "-c", "sleep 30 & sleep 30"], cpus=[MACHINE[-1]])
@@ -120,8 +125,8 @@ time.sleep(60)
 """
 
 
-@two_cpus
 def test_isolating_moves_every_thread_but_the_engines_own_and_what_it_started() -> None:
+    assert len(MACHINE) >= 2, f"isolation keeps two CPUs apart; this process may use {MACHINE}"
     split = CpuSplit((MACHINE[0],), tuple(MACHINE[1:]))
     with subprocess.Popen(
         [sys.executable, "-c", CHILD, str(MACHINE[0])], stdout=subprocess.PIPE, text=True
@@ -138,3 +143,16 @@ def test_isolating_moves_every_thread_but_the_engines_own_and_what_it_started() 
         finally:
             child.kill()
     assert os.sched_getaffinity(0) == set(MACHINE)
+
+
+def test_the_engine_is_bound_from_the_setting_unless_the_operator_exported_a_binding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert len(MACHINE) >= 2, f"isolation keeps two CPUs apart; this process may use {MACHINE}"
+    settings = Settings(llm_cpu_engine_cpus=str(MACHINE[0]))
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert bind_engine(settings) == CpuSplit((MACHINE[0],), tuple(MACHINE[1:]))
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == str(MACHINE[0])
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    assert bind_engine(settings) is None  # the operator's binding stands; nothing is moved
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"

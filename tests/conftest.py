@@ -16,6 +16,7 @@ import functools
 import os
 import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -91,11 +92,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", free_port())
-    server.start()
-    yield server
-    server.stop()
+def pg_server() -> Iterator[EmbeddedPostgres]:
+    # Outside pytest's temporary root: each new pytest session makes that root 0700, and the
+    # server of a session still running (it runs as its own user when we are root) would lose
+    # its data directory.
+    root = Path(tempfile.mkdtemp(prefix="durable-rag-test-pg-"))
+    server = EmbeddedPostgres(root / "data", free_port())
+    try:
+        server.start()
+        yield server
+        server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass

@@ -101,8 +101,8 @@ def pg_server() -> Iterator[EmbeddedPostgres]:
     try:
         server.start()
         yield server
-        server.stop()
     finally:
+        server.stop()  # also one that started but never became ready
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -42,6 +42,7 @@ from gateway.routers import (
     openai,
     runs,
 )
+from gateway.warm import ApiKeys, Refresher
 from ragkit.admission import Admission
 from ragkit.codec import codec_for
 from ragkit.db import make_sessionmaker
@@ -62,7 +63,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
     if app.state.rag is None:
         app.state.rag = await RagClient.connect(settings, app.state.sessions)
+    app.state.refresher = Refresher(app.state.rag, app.state.api_keys)
+    app.state.refresher.start()
     yield
+    await app.state.refresher.stop()
     await app.state.token_listener.close()
     app.state.sessions.kw["bind"].dispose()
 
@@ -83,6 +87,8 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
     app.state.sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
     app.state.token_listener = TokenListener(settings.postgres.sqlalchemy_url)
     app.state.admission = Admission.from_settings(settings.llm)
+    app.state.api_keys = ApiKeys(app.state.sessions)
+    app.state.refresher = None  # the lifespan's: reads ahead of live requests (gateway/warm.py)
     # Unless given, connected in the lifespan: the Temporal client belongs to the server's event
     # loop, and create_app runs before there is one.
     app.state.rag = rag

@@ -1,16 +1,17 @@
 """What endpoints depend on, as `Annotated[..., Depends(...)]` aliases: the shared state that
 `create_app` puts on `app.state` (admission: the in-flight generations per model), and the
-tenant an API key authenticates."""
+tenant an API key authenticates (gateway/warm.py keeps the keys in use checked)."""
 
+import asyncio
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from durable_rag.client import RagClient
+from gateway.warm import ApiKeys, Refresher
 from ragkit.admission import Admission
 from ragkit.settings import Settings
-from ragkit.store import keys
 from ragkit.streaming import TokenListener
 
 
@@ -54,14 +55,17 @@ def bearer_token(authorization: str | None) -> str | None:
     return None
 
 
-def authenticated_tenant(
+async def authenticated_tenant(
+    request: Request,
     settings: AppSettings,
-    sessions: Sessions,
     authorization: Annotated[str | None, Header()] = None,
     x_api_key: Annotated[str | None, Header()] = None,
 ) -> str:
-    """The tenant of the request's API key; with auth off, the default tenant. A plain `def`:
-    FastAPI runs it in a thread, off the event loop, since the key lookup is a blocking query."""
+    """The tenant of the request's API key; with auth off, the default tenant. A key checked
+    within its TTL costs no query; otherwise the lookup runs in a thread, off the event loop."""
+    refresher: Refresher | None = request.app.state.refresher
+    if refresher is not None:
+        refresher.requested()
     if not settings.gateway.auth:
         return settings.default_tenant
     key = x_api_key if x_api_key is not None else bearer_token(authorization)
@@ -71,7 +75,10 @@ def authenticated_tenant(
             "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    found = keys.tenant_for(sessions, key)
+    api_keys: ApiKeys = request.app.state.api_keys
+    found = api_keys.cached(key)
+    if found is None:
+        found = await asyncio.to_thread(api_keys.lookup, key)
     if found is None:
         raise HTTPException(401, "invalid or revoked API key")
     return found

@@ -31,7 +31,8 @@ class KeyInfo:
     revoked: bool
 
 
-def _hash(key: str) -> str:
+def key_hash(key: str) -> str:
+    """What Postgres keeps of a key: its SHA-256, in hex."""
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -45,7 +46,7 @@ def create_key(sessions: sessionmaker[Session], tenant: str, name: str = "") -> 
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with sessions.begin() as session:
         row = ApiKey(
-            id=uuid.uuid4(), tenant=tenant, name=name, prefix=key[:12], key_hash=_hash(key)
+            id=uuid.uuid4(), tenant=tenant, name=name, prefix=key[:12], key_hash=key_hash(key)
         )
         session.add(row)
         session.flush()
@@ -80,8 +81,16 @@ def tenant_for(sessions: sessionmaker[Session], key: str) -> str | None:
     """The tenant of a valid, unrevoked key; None otherwise."""
     if not key.startswith(KEY_PREFIX) or len(key) > 128:
         return None
+    hashed = key_hash(key)
+    return tenants_of(sessions, [hashed]).get(hashed)
+
+
+def tenants_of(sessions: sessionmaker[Session], hashes: list[str]) -> dict[str, str]:
+    """hash -> tenant for those of the key hashes that belong to a valid, unrevoked key."""
+    if not hashes:
+        return {}
+    query = select(ApiKey.key_hash, ApiKey.tenant).where(
+        ApiKey.key_hash.in_(hashes), ApiKey.revoked_at.is_(None)
+    )
     with sessions() as session:
-        row = session.scalar(select(ApiKey).where(ApiKey.key_hash == _hash(key)))
-    if row is None or row.revoked_at is not None:
-        return None
-    return row.tenant
+        return {found: tenant for found, tenant in session.execute(query)}

@@ -1,0 +1,137 @@
+"""What a live request reads from Postgres before its workflow starts, read ahead of it: the
+tenant of its API key and the default model alias (`RagClient.default_model`).
+
+Each costs a round trip in a worker thread, a millisecond or two on the way to the first token.
+While requests keep coming (one within `keep_seconds`), the gateway's refresher re-reads both
+every `period_seconds`, so a request finds them fresh and makes no round trip of its own. An idle
+gateway reads nothing, and its first request reads for itself.
+
+Freshness is what it was with a read per request, within a bound: a key is trusted for at most
+KEY_TTL_SECONDS after a read that found it valid began, so a revoked key (or a deleted tenant's)
+is refused on every gateway within that; the default model keeps its own TTL, which a model swap
+waits out (durable_rag/client.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from durable_rag.client import DEFAULT_MODEL_TTL_SECONDS, RagClient
+from ragkit.store import keys
+
+log = logging.getLogger("durable_rag.gateway")
+
+# How long a key found valid is trusted: the bound on how late a revocation takes effect.
+KEY_TTL_SECONDS = 1.0
+# Under both TTLs with room for a slow read, so a request never finds either stale.
+REFRESH_SECONDS = DEFAULT_MODEL_TTL_SECONDS / 2
+# How long after the last request the refresher keeps reading.
+KEEP_SECONDS = 60.0
+
+
+@dataclass
+class _Known:
+    tenant: str
+    checked_at: float  # when the read that found the key valid began (monotonic)
+    used_at: float
+
+
+class ApiKeys:
+    """The tenants of the API keys in use, each checked against Postgres within `ttl` seconds.
+    Read on the event loop; `lookup` and `refresh` block and run in worker threads (the dict's
+    single operations are atomic, so neither needs a lock)."""
+
+    def __init__(self, sessions: sessionmaker[Session], ttl: float = KEY_TTL_SECONDS) -> None:
+        self.sessions, self.ttl = sessions, ttl
+        self._known: dict[str, _Known] = {}  # key hash -> what the last read found
+
+    def cached(self, key: str) -> str | None:
+        """The key's tenant when a read within the TTL found it valid; None: read it."""
+        known = self._known.get(keys.key_hash(key))
+        now = time.monotonic()
+        if known is None or now - known.checked_at >= self.ttl:
+            return None
+        known.used_at = now
+        return known.tenant
+
+    def lookup(self, key: str) -> str | None:
+        """Blocking: the key's tenant from Postgres (None: unknown or revoked), remembered."""
+        began = time.monotonic()
+        tenant = keys.tenant_for(self.sessions, key)
+        hashed = keys.key_hash(key)
+        if tenant is None:
+            self._known.pop(hashed, None)  # only valid keys are kept: no growth from guesses
+        else:
+            self._known[hashed] = _Known(tenant, began, time.monotonic())
+        return tenant
+
+    def refresh(self, keep: float = KEEP_SECONDS) -> None:
+        """Blocking: re-check every key used within `keep` seconds in one query; forget the
+        rest, and those revoked since."""
+        began = time.monotonic()
+        for hashed, known in list(self._known.items()):
+            if began - known.used_at > keep:
+                self._known.pop(hashed, None)
+        hashes = list(self._known)
+        valid = keys.tenants_of(self.sessions, hashes)
+        for hashed in hashes:
+            if hashed not in valid:
+                self._known.pop(hashed, None)
+            elif (still := self._known.get(hashed)) is not None:
+                still.tenant, still.checked_at = valid[hashed], began
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+class Refresher:
+    """The gateway's task that reads ahead of live requests (this module's docstring)."""
+
+    def __init__(
+        self,
+        rag: RagClient,
+        api_keys: ApiKeys,
+        period_seconds: float = REFRESH_SECONDS,
+        keep_seconds: float = KEEP_SECONDS,
+    ) -> None:
+        self.rag, self.api_keys = rag, api_keys
+        self.period, self.keep = period_seconds, keep_seconds
+        self._requested_at = float("-inf")
+        self._task: asyncio.Task[None] | None = None
+
+    def requested(self) -> None:
+        """A request came: keep reading ahead for `keep_seconds` more."""
+        self._requested_at = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        return time.monotonic() - self._requested_at <= self.keep
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="gateway-read-ahead")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.period)
+            if not self.busy:
+                continue
+            try:
+                await self.rag.default_model(fresh=True)
+                await asyncio.to_thread(self.api_keys.refresh, self.keep)
+            except SQLAlchemyError as exc:  # requests then read for themselves, as when idle
+                log.warning("cannot read ahead of live requests: %s", exc)

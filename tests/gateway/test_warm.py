@@ -1,0 +1,101 @@
+"""Reading ahead of live requests (gateway/warm.py) on the real Postgres: the keys in use and
+the default model alias are fresh when a request comes, a revoked key is refused within the
+TTL, and an idle gateway reads nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from temporalio.client import Client
+
+from durable_rag.client import RagClient
+from gateway.warm import KEY_TTL_SECONDS, ApiKeys, Refresher
+from ragkit.store import keys, model_alias
+from tests.conftest import Database, make_settings
+
+pytestmark = pytest.mark.integration
+
+
+class Queries:
+    """Counts the statements sent to Postgres through a sessionmaker's engine."""
+
+    def __init__(self, database: Database) -> None:
+        self.count = 0
+        event.listen(database.sessions.kw["bind"], "after_cursor_execute", self._seen)
+
+    def _seen(self, *_: Any) -> None:
+        self.count += 1
+
+
+def test_a_key_is_trusted_within_its_ttl_and_a_revoked_one_is_refused_after_it(
+    database: Database,
+) -> None:
+    assert KEY_TTL_SECONDS <= 1.0  # the revocation bound README promises
+    api_keys = ApiKeys(database.sessions, ttl=0.5)
+    info, key = keys.create_key(database.sessions, "acme")
+    assert api_keys.cached(key) is None  # never read: the request reads it
+    assert api_keys.lookup(key) == "acme"
+    queries = Queries(database)
+    assert api_keys.cached(key) == "acme" and queries.count == 0
+    assert keys.revoke_key(database.sessions, info.prefix) is not None
+    time.sleep(0.5)
+    assert api_keys.cached(key) is None
+    assert api_keys.lookup(key) is None and len(api_keys) == 0
+
+    # A refresh re-checks every key in use in one query, and forgets a revoked one at once.
+    first, second = keys.create_key(database.sessions, "a"), keys.create_key(database.sessions, "b")
+    assert api_keys.lookup(first[1]) == "a" and api_keys.lookup(second[1]) == "b"
+    assert keys.revoke_key(database.sessions, second[0].prefix) is not None
+    before = queries.count
+    api_keys.refresh()
+    assert queries.count - before == 1
+    assert api_keys.cached(first[1]) == "a" and api_keys.cached(second[1]) is None
+
+    # Guesses are never kept, and keys unused for `keep` seconds are dropped.
+    assert api_keys.lookup("drk_" + "x" * 43) is None and len(api_keys) == 1
+    time.sleep(0.02)
+    api_keys.refresh(keep=0.01)
+    assert len(api_keys) == 0
+
+
+async def test_the_refresher_reads_ahead_while_requests_come_and_nothing_when_idle(
+    client: Client, database: Database
+) -> None:
+    rag = RagClient(client, make_settings(llm_served_name="before"), database.sessions)
+    api_keys = ApiKeys(database.sessions, ttl=0.5)
+    info, key = keys.create_key(database.sessions, "acme")
+    assert await asyncio.to_thread(api_keys.lookup, key) == "acme"
+    assert await rag.default_model() == "before"
+    queries = Queries(database)
+    refresher = Refresher(rag, api_keys, period_seconds=0.05, keep_seconds=1.0)
+    try:
+        refresher.start()
+        refresher.requested()
+        model_alias.activate(database.sessions, "after", "before")
+        await asyncio.sleep(0.8)  # past the key's TTL: only a re-read keeps it trusted
+        await refresher.stop()
+        await asyncio.sleep(0.05)  # a read already in its thread lands
+        read_ahead = queries.count
+        assert read_ahead > 0
+        # What a request reads is there, fresh, with no round trip of its own.
+        assert await rag.default_model() == "after"
+        assert api_keys.cached(key) == "acme"
+        assert queries.count == read_ahead
+
+        refresher.start()
+        assert keys.revoke_key(database.sessions, info.prefix) is not None
+        await asyncio.sleep(0.6)
+        assert api_keys.cached(key) is None  # refused within the TTL
+
+        while refresher.busy:  # no request for `keep_seconds`: the refresher stops reading
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
+        idle = queries.count
+        await asyncio.sleep(0.3)
+        assert queries.count == idle
+    finally:
+        await refresher.stop()

@@ -625,6 +625,8 @@ class RagClient:
                 summary_model=s.conversation.summary_model or s.llm.name,
                 idle_seconds=s.conversation.idle_seconds,
                 turns_per_run=s.conversation.turns_per_run,
+                fold_headroom=s.conversation.fold_headroom,
+                fold_wait_seconds=s.conversation.fold_wait_seconds,
             ),
         )
 

@@ -628,6 +628,22 @@ class ConversationSettings(BaseModel):
     turns_per_run: int = Field(
         default=100, ge=2, le=10_000, description="Turns before the workflow continues-as-new."
     )
+    fold_headroom: float = Field(
+        default=0.25,
+        ge=0,
+        le=0.4,
+        description="Share of the verbatim budget (history minus summary tokens) kept free: "
+        "turns are folded once they pass the rest, so the turns that arrive while the model "
+        "summarizes still fit. 0: fold only when the budget is full.",
+    )
+    fold_wait_seconds: float = Field(
+        default=30,
+        ge=0,
+        le=600,
+        description="How long a turn that would leave earlier turns out of its prompt waits for "
+        "the fold in flight; past it the turn goes on without them (degradation "
+        "`turns_dropped`). 0: never wait.",
+    )
 
     @model_validator(mode="after")
     def _summary_fits(self) -> Self:

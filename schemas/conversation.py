@@ -57,6 +57,21 @@ class WindowPlan(Contract):
     summary_model: str = Field(description="Served name of the model that summarizes.")
     idle_seconds: float = Field(ge=1, le=30 * 86_400)
     turns_per_run: int = Field(ge=2, le=10_000, description="Turns before continue-as-new.")
+    # Both 0 in runs started before they existed: such a run folds and trims as it did.
+    fold_headroom: float = Field(
+        default=0.0,
+        ge=0,
+        le=0.4,
+        description="Fold once the verbatim turns pass (1 - this) of their budget, so turns "
+        "that arrive during the fold still fit.",
+    )
+    fold_wait_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=600,
+        description="How long a turn that would leave earlier turns out waits for the fold in "
+        "flight to make room.",
+    )
 
 
 class ConversationInput(Contract):

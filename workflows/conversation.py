@@ -8,11 +8,14 @@ a time (a lock; updates are delivered in the order they were accepted). Each tur
   the token budget -> AnswerWorkflow as a child, with that window -> append the assistant turn
   -> reply.
 
-After the reply, once the verbatim turns outgrow their budget, the oldest are folded into the
-summary (`summarize` on the summary model's LLM queue, then `save_summary`) without holding the
-lock: the next turn never waits for it. A failed summarization loses nothing: the turns stay
-verbatim, the window trims the oldest that do not fit, and folding is tried again after the
-next turn.
+After the reply, once the verbatim turns pass their budget less a headroom (`fold_headroom`),
+the oldest are folded into the summary (`summarize` on the summary model's LLM queue, then
+`save_summary`) without holding the lock: the next turns go on meanwhile, in the headroom. A turn
+that would still leave earlier turns out waits for the fold in flight, up to `fold_wait_seconds`,
+so a working summarizer never costs a prompt its history. A failed summarization loses nothing:
+the turns stay verbatim, the window trims the oldest that do not fit (`turns_dropped`), and
+folding is tried again after the next turn. (Runs started before the headroom carry 0 for both,
+and fold and trim as they did: their histories replay.)
 
 The `cancel_turn` signal (the gateway sends it when the client leaves or times out) stops the
 turn of one message id: a running turn cancels its AnswerWorkflow child (whose cancellation
@@ -30,6 +33,7 @@ Postgres. The `delete` update removes the conversation, its turns and summaries,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
@@ -302,6 +306,21 @@ class ConversationWorkflow:
         )
         self.next_ordinal += 1
         history, dropped = self._window()
+        wait = self.input.window.fold_wait_seconds
+        if dropped and wait > 0 and self._folding():
+            # Folding makes room for the turns this prompt would leave out: the fold in flight,
+            # and the next one when turns came faster than it (a cancel ends the wait). A few
+            # seconds' wait beats a prompt that forgot them.
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: (
+                        request.message_id in self.cancelled
+                        or not self._window()[1]
+                        or not self._folding()
+                    ),
+                    timeout=timedelta(seconds=wait),
+                )
+            history, dropped = self._window()
         self.turns.append(user)
 
         answer = await self._answer(request, user.ordinal, history)
@@ -438,13 +457,21 @@ class ConversationWorkflow:
         window = self.input.window
         return window.history_tokens - window.summary_tokens
 
+    def _folding(self) -> bool:
+        """A fold runs, or the run loop is about to start one."""
+        return self.summarizing or self._summary_due()
+
     def _summary_due(self) -> bool:
+        """Once the verbatim turns pass their budget less the headroom, which the turns that
+        arrive while the model summarizes use."""
+        budget = self._verbatim_budget()
         return (
             not self.summarizing
             and not self.closing
             and len(self.turns) > 2
             and self.next_ordinal > self.retry_summary_after
-            and sum(turn_tokens(t) for t in self.turns) > self._verbatim_budget()
+            and sum(turn_tokens(t) for t in self.turns)
+            > budget - int(budget * self.input.window.fold_headroom)
         )
 
     async def _summarize(self) -> None:

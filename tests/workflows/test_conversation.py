@@ -37,7 +37,13 @@ from workflows.conversation import ConversationWorkflow
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # A small window, so that a dozen short turns make the workflow summarize.
-WINDOW = {"conversation_history_tokens": 240, "conversation_summary_tokens": 96}
+WINDOW = {
+    "conversation_history_tokens": 240,
+    "conversation_summary_tokens": 96,
+    # A turn here outgrows the headroom on its own, so turns wait for folds (each several
+    # seconds on the CPU engine, beside the answers): room for two of them on a slow machine.
+    "conversation_fold_wait_seconds": 120,
+}
 # Small enough that six short exchanges overflow it whatever the replies say (ten turns of
 # 24-token replies came to 232 tokens once, under WINDOW's 240).
 TIGHT = {"conversation_history_tokens": 128, "conversation_summary_tokens": 64}
@@ -109,7 +115,9 @@ async def test_twelve_turns_stay_in_budget_are_stored_in_order_and_keep_the_firs
             assert replies[-1].answer.tokens.prompt <= budget
         await settled(rag, conversation)
         stored = await rag.history(conversation, "t")
-        await save_history(client, conversation_workflow_id("t", conversation), "conversation")
+        await save_history(
+            client, conversation_workflow_id("t", conversation), "conversation-fold-ahead"
+        )
         handle = client.get_workflow_handle(conversation_workflow_id("t", conversation))
         state = await handle.query(ConversationWorkflow.state, key(conversation))
         turn = await client.get_workflow_handle(first.answer.trace_id).describe()
@@ -124,6 +132,10 @@ async def test_twelve_turns_stay_in_budget_are_stored_in_order_and_keep_the_firs
     assert stored is not None and stored.summarized_through >= 1, "nothing was ever summarized"
     assert state.summary_failures == 0
     assert any(r.history_turns > 0 for r in replies), "no turn carried its history"
+    # Folds run beside the next turns (the headroom), and a turn that would still leave turns
+    # out waits for the fold in flight: a working summarizer never costs a prompt its history.
+    assert [r.history_dropped for r in replies] == [0] * 12
+    assert not [d for r in replies for d in r.answer.degradations if "left out of the prompt" in d]
     summary = stored.summary.lower()
     assert "ada" in summary or "lovelace" in summary or "paris" in summary, stored.summary
 

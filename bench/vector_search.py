@@ -331,8 +331,6 @@ def pooled(runs: list[Paced], queries: list[Query]) -> dict[str, Any]:
     cpu = np.asarray([x for run in runs for x in run.cpu] or [0.0]) * 1000
     return latency_figures(latencies, queries) | {
         "queries": len(latencies),
-        # The calling thread's own CPU: Qdrant runs a query's segment searches on its own
-        # threads, so a search slowed by waiting (a CPU, a lock) shows here as unchanged.
         "caller_cpu_p50_ms": percentile(cpu, 50),
         "caller_cpu_p99_ms": percentile(cpu, 99),
         "degraded": sum(run.degraded for run in runs),

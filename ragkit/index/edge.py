@@ -3,7 +3,8 @@
 Qdrant Edge runs no optimizer of its own, and its `optimize()` holds Python's global lock for
 the whole build (a minute at 100k points), so this adapter never calls it in the serving
 process. `optimize()` copies the shard (`cp` in a niced child), builds the graph in a child
-process (SCHED_IDLE on one CPU, its own GIL), replays the writes made meanwhile onto the copy,
+process (SCHED_IDLE, its own GIL, on half the CPUs, which this process's threads leave while it
+runs), reads the new shard into the page cache, replays the writes made meanwhile onto the copy,
 and switches to it under the read lock for a pointer swap: searches go on against the old shard
 throughout. The old shard is closed after the swap, outside the read lock, and its folder
 removed by `rm` in a niced child. With `optimize_after`, the same runs in a background thread
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +52,14 @@ _INDEXING_THRESHOLD_KB = 1
 # Between two warming searches: a query holds Python's lock while it runs, and back to back they
 # kept a live search waiting for the interpreter's 5 ms switch interval each time.
 WARM_PAUSE_SECONDS = 0.001
-# Run by the child: its own interpreter, so the build holds its own GIL; kept off one CPU, so a
-# search never waits for a core (at 100k points, search P99 during a build went from 2.4x idle
-# to under 2x); and SCHED_IDLE (nice 19 where that is refused): on the CPU it shares, it runs
-# only when nothing else wants it, where nice 19 still takes its slice from a search.
+# Run by the child: its own interpreter, so the build holds its own GIL; on CPUs of its own,
+# which this process's threads leave while it runs (`_build_split`, `_BuildCpus`); and
+# SCHED_IDLE (nice 19 where that is refused): on a CPU it shares (a machine with one), it runs
+# only when nothing else wants it, where nice 19 still takes its slice from a search. Last, it
+# reads every file of the new shard once: building drops the new
+# segments' pages from the page cache, so the first searches after the switch waited for the
+# disk (at 10k points, ~2,600 page faults that needed a read in the first 600 searches: P99
+# 2.5 ms against 0.6 ms warm).
 _OPTIMIZE_CHILD = """
 import json, os, sys
 os.nice(19)
@@ -62,15 +67,18 @@ try:
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 except (AttributeError, OSError):
     pass
-cpus = sorted(os.sched_getaffinity(0))
-if len(cpus) > 1:
-    os.sched_setaffinity(0, cpus[1:])
 import qdrant_edge as qe
 shard = qe.EdgeShard.load(sys.argv[1])
 changed = shard.optimize()
 info = shard.info()
 shard.flush()
 shard.close()
+buffer = bytearray(1 << 20)
+for folder, _, files in os.walk(sys.argv[1]):
+    for name in files:
+        with open(os.path.join(folder, name), "rb", buffering=0) as handle:
+            while handle.readinto(buffer):
+                pass
 print(json.dumps({"changed": changed, "segments": info.segments_count}))
 """
 
@@ -408,15 +416,20 @@ class EdgeIndex:
         )
 
     def _build(self, target: Path) -> str:
+        split = _build_split()
         child = subprocess.Popen(
             [sys.executable, "-c", _OPTIMIZE_CHILD, str(target)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
+        if split is not None:
+            with contextlib.suppress(OSError):  # it may have failed already: its exit says why
+                os.sched_setaffinity(child.pid, split[1])
         self._child = child
         try:
-            out, err = child.communicate()
+            with _BUILD_CPUS.serving_on(split[0] if split else None):
+                out, err = child.communicate()
         finally:
             self._child = None
         if child.returncode != 0:
@@ -598,3 +611,84 @@ def _remove_leftovers(path: Path, live: Path) -> None:
             _remove_tree(entry)
         else:
             entry.unlink(missing_ok=True)
+
+
+def _build_split() -> tuple[list[int], list[int]] | None:
+    """(searches' CPUs, the build's CPUs) while a build runs: the upper half of this process's
+    CPUs builds, the rest serves; None on one CPU, where the build shares it at idle priority."""
+    if not hasattr(os, "sched_getaffinity"):  # not Linux: the build shares every CPU
+        return None
+    cpus = sorted(_BUILD_CPUS.usual())
+    if len(cpus) < 2:
+        return None
+    serving = len(cpus) - len(cpus) // 2
+    return cpus[:serving], cpus[serving:]
+
+
+def _thread_ids() -> list[int]:
+    return [int(entry.name) for entry in os.scandir("/proc/self/task")]
+
+
+class _BuildCpus:
+    """Keeps this process's threads off the build's CPUs while any build runs.
+
+    SCHED_IDLE alone did not keep searches fast. At 10k points on 2 CPUs (bench/vector_search.py,
+    three runs of each, alternated), search P99 during an optimize was 2.2-3.6x idle with this
+    process's threads free to run beside the build; 1.4-2.1x with only Qdrant's search pool
+    (`edge-search-N`) moved off the build's CPU; 1.2-1.5x with every thread moved (a searching
+    thread's own CPU time, which doubled beside the build, stayed as idle). What it costs: bulk
+    embedding in this process has the other CPUs only while a graph builds (2-20 s at 10k-100k
+    points), and the build gets its CPUs whole rather than what embedding leaves idle.
+
+    Builds of two generations may overlap: the first one in moves the threads, the last one out
+    puts them back. A thread born meanwhile inherits the narrow set from its creator, so it gets
+    the process's usual set back; a thread that someone else moved elsewhere meanwhile is left
+    alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._builds = 0
+        self._serving: set[int] = set()
+        self._usual: set[int] = set()
+        self._moved: dict[int, set[int]] = {}
+
+    def usual(self) -> set[int]:
+        """This process's CPUs as they are outside builds (a second build starting while one
+        runs would otherwise see the narrow set of its own thread)."""
+        with self._lock:
+            return set(self._usual) if self._builds else os.sched_getaffinity(0)
+
+    @contextlib.contextmanager
+    def serving_on(self, cpus: list[int] | None) -> Iterator[None]:
+        if cpus is None:
+            yield
+            return
+        with self._lock:
+            self._builds += 1
+            if self._builds == 1:
+                self._move(set(cpus))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._builds -= 1
+                if self._builds == 0:
+                    self._restore()
+
+    def _move(self, cpus: set[int]) -> None:
+        self._serving, self._usual = cpus, os.sched_getaffinity(0)
+        for tid in _thread_ids():
+            with contextlib.suppress(OSError):  # a thread may end between two looks
+                mask = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, cpus & mask or cpus)
+                self._moved[tid] = mask
+
+    def _restore(self) -> None:
+        for tid in _thread_ids():
+            with contextlib.suppress(OSError):
+                if os.sched_getaffinity(tid) <= self._serving:
+                    os.sched_setaffinity(tid, self._moved.get(tid, self._usual))
+        self._moved = {}
+
+
+_BUILD_CPUS = _BuildCpus()

@@ -150,37 +150,41 @@ def test_the_process_leaves_the_builds_cpus_while_it_runs_and_gets_them_back(
         assert split is not None
         serving, building = set(split[0]), set(split[1])
         assert serving | building == usual and not serving & building and serving
-    born: list[set[int]] = []
+    release = threading.Event()
+    born: list[threading.Thread] = []  # a thread started during the build, alive after it
     build = threading.Thread(target=index.optimize)
     build.start()
     pid = wait_for_child(index)
     seen: dict[str, set[int]] = {"child": set(), "threads": set()}
-    while index._child is not None:
-        with contextlib.suppress(ProcessLookupError, OSError):
-            seen["child"] |= os.sched_getaffinity(pid)
+    try:
+        while index._child is not None:
+            with contextlib.suppress(OSError):  # the child may end between two looks
+                seen["child"] |= os.sched_getaffinity(pid)
             for cpus in thread_cpus().values():
                 seen["threads"] |= cpus
-        if not born:
-            starter = threading.Thread(target=lambda: time.sleep(1))
-            starter.start()
-            born.append({starter.native_id or 0})
-        time.sleep(0.002)
-    build.join()
-    if split is None:
-        assert seen["threads"] == usual
-    else:
-        assert seen["child"] == building, seen
-        assert seen["threads"] == serving, seen
-    assert set(map(frozenset, thread_cpus().values())) == {frozenset(usual)}
-    assert born, "the build ended before a thread could start during it"
+            if not born:
+                born.append(threading.Thread(target=release.wait))
+                born[0].start()
+            time.sleep(0.002)
+        build.join()
+        if split is None:
+            assert seen["threads"] == usual
+        else:
+            assert seen["child"] == building, seen
+            assert seen["threads"] == serving, seen
+        assert set(map(frozenset, thread_cpus().values())) == {frozenset(usual)}
+        assert born, "the build ended before a thread could start during it"
+        assert os.sched_getaffinity(born[0].native_id or 0) == usual
+    finally:
+        release.set()
 
 
 def test_overlapping_builds_of_two_indexes_share_the_split_and_give_the_cpus_back(
     index: EdgeIndex, tmp_path: Path
 ) -> None:
     """Two generations may build at once: the second child gets the build's CPUs too (not the
-    narrow set its starting thread has by then), and the threads get their CPUs back only once
-    both builds are done."""
+    narrow set its starting thread has by then), and once both builds are done every thread has
+    its CPUs back."""
     usual = os.sched_getaffinity(0)
     split = _build_split()
     other = open_edge(tmp_path / "other")

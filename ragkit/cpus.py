@@ -184,7 +184,7 @@ def isolate_engine(split: CpuSplit, pid: int = 0) -> int:
     engine = set(split.engine)
     moved = 0
     for process in [root, *_descendants(root)]:
-        for tid in _tasks(process):
+        for tid in thread_ids(process):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if os.sched_getaffinity(tid) <= engine:
                     continue
@@ -193,7 +193,8 @@ def isolate_engine(split: CpuSplit, pid: int = 0) -> int:
     return moved
 
 
-def _tasks(pid: int) -> list[int]:
+def thread_ids(pid: int) -> list[int]:
+    """The threads of process `pid` (none once it has ended)."""
     try:
         return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
     except FileNotFoundError:

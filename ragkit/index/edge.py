@@ -33,6 +33,7 @@ from typing import Any
 
 import qdrant_edge as qe
 
+from ragkit.cpus import thread_ids
 from ragkit.index.base import (
     PAYLOAD_INDEXES,
     Fusion,
@@ -426,12 +427,14 @@ class EdgeIndex:
         if split is not None:
             with contextlib.suppress(OSError):  # it may have failed already: its exit says why
                 os.sched_setaffinity(child.pid, split[1])
-        self._child = child
-        try:
-            with _BUILD_CPUS.serving_on(split[0] if split else None):
+        # `_child` is set while this process's threads keep off the build's CPUs, not before
+        # they move nor after they are back: whoever watches the child sees them moved.
+        with _BUILD_CPUS.serving_on(split[0] if split else None):
+            self._child = child
+            try:
                 out, err = child.communicate()
-        finally:
-            self._child = None
+            finally:
+                self._child = None
         if child.returncode != 0:
             raise IndexUnavailableError(
                 f"optimizing {target} failed (exit {child.returncode}): {err.strip()[-500:]}"
@@ -625,10 +628,6 @@ def _build_split() -> tuple[list[int], list[int]] | None:
     return cpus[:serving], cpus[serving:]
 
 
-def _thread_ids() -> list[int]:
-    return [int(entry.name) for entry in os.scandir("/proc/self/task")]
-
-
 class _BuildCpus:
     """Keeps this process's threads off the build's CPUs while any build runs.
 
@@ -677,14 +676,14 @@ class _BuildCpus:
 
     def _move(self, cpus: set[int]) -> None:
         self._serving, self._usual = cpus, os.sched_getaffinity(0)
-        for tid in _thread_ids():
+        for tid in thread_ids(os.getpid()):
             with contextlib.suppress(OSError):  # a thread may end between two looks
                 mask = os.sched_getaffinity(tid)
                 os.sched_setaffinity(tid, cpus & mask or cpus)
                 self._moved[tid] = mask
 
     def _restore(self) -> None:
-        for tid in _thread_ids():
+        for tid in thread_ids(os.getpid()):
             with contextlib.suppress(OSError):
                 if os.sched_getaffinity(tid) <= self._serving:
                     os.sched_setaffinity(tid, self._moved.get(tid, self._usual))

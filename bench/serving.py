@@ -10,7 +10,8 @@ About 10-12 minutes on 2 CPUs with the defaults; `--requests 30` for a quicker, 
    function (rules rewrite, vector search || keyword search, fuse, hydrate, assemble, generate,
    citations, store_answer, record_cost) on the same engine and database; P50 and P99 of the
    paired differences. Target: P50 <= 15 ms, P99 (the floor) <= 40 ms. Beside it, the shape's
-   floor: FloorWorkflow (bench/floor.py), the answer's Temporal commands with no-op steps.
+   floor: FloorWorkflow (bench/floor.py), the answer's Temporal commands with no-op steps; and
+   MinimalWorkflow, the fewest commands any answer can issue (one local activity, generate).
 2. Time to first token through the gateway's SSE (`POST /v1/ask/stream`, uvicorn on a free port)
    against a plain pipeline that retrieves and streams from the same engine. Target: overhead
    <= 40 ms at P50.
@@ -82,7 +83,7 @@ from activities.answer_cache import AnswerCacheActivities  # noqa: E402
 from activities.costs import CostActivities  # noqa: E402
 from activities.documents import DocumentActivities  # noqa: E402
 from activities.retrieval import RetrievalActivities  # noqa: E402
-from bench.floor import EmptyWorkflow, FloorWorkflow, floor_workers  # noqa: E402
+from bench.floor import EmptyWorkflow, FloorWorkflow, MinimalWorkflow, floor_workers  # noqa: E402
 from bench.load import QUESTIONS, SEED_DOCUMENTS, answer_workflow_for, percentile  # noqa: E402
 from bench.services import bench_services, local_workers, running  # noqa: E402
 from bench.stack import ProcessStack  # noqa: E402
@@ -159,10 +160,12 @@ NOTE = (
     "request (row 4: rounds engine, gateway, gateway, engine). Row 1 is what orchestration costs "
     "per answer (RagClient.ask -> AnswerWorkflow -> result) beside the same calls made directly; "
     "its P99 pairs two noisy latencies, so read it with the per-hop P99s. Its `shape floor` "
-    "(bench/floor.py) is FloorWorkflow, timed after each pair: the same Temporal commands (two "
-    "local activities at once, one more, a remote activity on another queue, two at once) with "
+    "(bench/floor.py) is FloorWorkflow, timed after each pair: the same Temporal commands (a "
+    "local activity, another, a remote activity on another queue, two local ones at once) with "
     "steps that do nothing, on workers built as the live ones are. No change to our own steps "
-    "can take an answer below it; the overhead above it is ours. Beside it, an empty workflow "
+    "can take an answer below it; the overhead above it is ours. Beside it, the fewest commands "
+    "any answer can issue (MinimalWorkflow: retrieval in one local activity, then generate on "
+    "another queue: what merging or dropping our steps could reach at best), an empty workflow "
     "(one workflow task, then its result: the floor of any workflow) and, in the summary line, "
     "the Temporal server's own CPU per call (`*_server_cpu_ms`, means over the calls, from "
     "/proc, less the background it burns while the plain calls run, `background_per_s`, times "
@@ -762,9 +765,9 @@ async def timed_flow(s: Setup, request: AskRequest) -> Asked:
     return Asked(took, handle.id, called_at, time.time(), eager, answer.timings_ms)
 
 
-async def timed_floor(s: Setup, empty: bool = False) -> float:
-    """One FloorWorkflow (bench/floor.py), or with `empty` one EmptyWorkflow, started as an
-    answer is: eagerly, with the live task timeout."""
+async def timed_floor(s: Setup, shape: str = "floor") -> float:
+    """One FloorWorkflow (bench/floor.py), MinimalWorkflow (`minimal`) or EmptyWorkflow
+    (`empty`), started as an answer is: eagerly, with the live task timeout."""
     began = time.perf_counter()
     options: dict[str, Any] = {
         "id": f"floor-{uuid.uuid4().hex}",
@@ -772,8 +775,10 @@ async def timed_floor(s: Setup, empty: bool = False) -> float:
         "request_eager_start": True,
         "task_timeout": timedelta(seconds=s.rag.settings.temporal.live_task_timeout_seconds),
     }
-    if empty:
+    if shape == "empty":
         await s.rag.client.execute_workflow(EmptyWorkflow.run, **options)
+    elif shape == "minimal":
+        await s.rag.client.execute_workflow(MinimalWorkflow.run, s.floor_queues[1], **options)
     else:
         await s.rag.client.execute_workflow(FloorWorkflow.run, s.floor_queues[1], **options)
     return (time.perf_counter() - began) * 1000
@@ -817,13 +822,11 @@ def net_server_cpu(cpu: dict[str, list[tuple[float, float]]]) -> dict[str, float
 
 async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
     """Row 1: RagClient.ask against Plain.answer, alternating which goes first; and after each
-    pair, the floor of the answer's shape (the same commands with steps that do nothing)."""
+    pair, the floor of the answer's shape (the same commands with steps that do nothing), the
+    fewest commands an answer can issue, and an empty workflow."""
     plain_ms: list[float] = []
-    floor_ms: list[float] = []
-    empty_ms: list[float] = []
-    cpu: dict[str, list[tuple[float, float]]] = {
-        k: [] for k in ("plain", "answer", "floor", "empty")
-    }
+    shapes: dict[str, list[float]] = {"floor": [], "minimal": [], "empty": []}
+    cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in ("plain", "answer", *shapes)}
     asked: list[Asked] = []
     s.plain.steps = {}
     for i in range(requests + WARMUP):
@@ -835,14 +838,14 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
         else:
             f, f_cpu = await server_cpu_ms(s, timed_flow(s, request))
             p, p_cpu = await server_cpu_ms(s, timed_plain(s, request))
-        floor, floor_cpu = await server_cpu_ms(s, timed_floor(s))
-        empty, empty_cpu = await server_cpu_ms(s, timed_floor(s, empty=True))
+        measured = {"plain": p_cpu, "answer": f_cpu}
+        for shape, times in shapes.items():
+            ms, measured[shape] = await server_cpu_ms(s, timed_floor(s, shape))
+            if i >= WARMUP:
+                times.append(ms)
         if i >= WARMUP:
             plain_ms.append(p)
             asked.append(f)
-            floor_ms.append(floor)
-            empty_ms.append(empty)
-            measured = {"plain": p_cpu, "answer": f_cpu, "floor": floor_cpu, "empty": empty_cpu}
             for kind, cpu_and_wall in measured.items():
                 cpu[kind].append(cpu_and_wall)
     flow_ms = [a.ms for a in asked]
@@ -860,12 +863,13 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
     replay = {f"workflow code per answer, replayed {k} (per round)": v for k, v in replayed.items()}
     overhead = [f - p for f, p in zip(flow_ms, plain_ms, strict=True)]
     floors = {
-        "floor: the same commands with no-op steps (whole call)": floor_ms,
-        "floor: a workflow that does nothing (whole call)": empty_ms,
+        "floor: the same commands with no-op steps (whole call)": shapes["floor"],
+        "floor: the fewest commands an answer can issue, no-op (whole call)": shapes["minimal"],
+        "floor: a workflow that does nothing (whole call)": shapes["empty"],
     }
     return {
         "plain_ms": plain_ms, "flow_ms": flow_ms, "overhead": overhead, "eager": eager,
-        "floor_ms": floor_ms, "empty_ms": empty_ms,
+        "floor_ms": shapes["floor"], "minimal_ms": shapes["minimal"], "empty_ms": shapes["empty"],
         "server_cpu_ms": net_server_cpu(cpu),
         "hops": hop_rows("answer (client)", hops, steps, plain_steps | replay | floors),
         "counts": dispatch_counts(hops),
@@ -1234,7 +1238,8 @@ def figures(out: dict[str, Any], concurrency: int) -> list[dict[str, Any]]:
             "durable-rag": f"workflow P50 {pct(a['flow_ms'], 0.5):.0f}, "
                            f"P99 {pct(a['flow_ms'], 0.99):.0f} ms",
             "result": f"+{p50:.1f} / +{p99:.1f} ms (shape floor P50 "
-                      f"{pct(a['floor_ms'], 0.5):.1f}; an empty workflow "
+                      f"{pct(a['floor_ms'], 0.5):.1f}; the fewest commands an answer can "
+                      f"issue {pct(a['minimal_ms'], 0.5):.1f}; an empty workflow "
                       f"{pct(a['empty_ms'], 0.5):.1f})",
             "target": "P50 <= 15 ms; P99 <= 40 ms",
             "met": p50 <= 15 and p99 <= 40,
@@ -1350,6 +1355,7 @@ def numbers(out: dict[str, Any]) -> dict[str, Any]:
                   "answer_flow_p50_ms": pct(a["flow_ms"], 0.5),
                   "answer_floor_p50_ms": pct(a["floor_ms"], 0.5),
                   "answer_floor_p99_ms": pct(a["floor_ms"], 0.99),
+                  "answer_minimal_p50_ms": pct(a["minimal_ms"], 0.5),
                   "empty_workflow_p50_ms": pct(a["empty_ms"], 0.5)}  # fmt: skip
         found |= {f"{k}_server_cpu_ms": v for k, v in a["server_cpu_ms"].items()}
     if "ttft" in out:

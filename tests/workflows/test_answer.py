@@ -9,6 +9,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
+from bench.floor import FloorWorkflow, MinimalWorkflow, command_shape, floor_workers
 from durable_rag.client import RagClient
 from ragkit import policies, prompts
 from ragkit.embedding import Embedder
@@ -28,6 +30,7 @@ from schemas.answer import Answer, AskRequest
 from tests.conftest import Database, Stack, copy_documents, running_stack
 from tests.workflows.test_ingest import save_history
 from workers import llm as llm_worker
+from workers.common import worker_interceptors
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -146,6 +149,39 @@ async def test_answer_cites_the_document_it_comes_from(
             model,
         )
     ]
+
+
+async def test_the_benchmarks_floor_issues_the_commands_an_answer_issues(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    engine: VllmEngine,
+    ingested: Path,
+) -> None:
+    """bench/serving.py reads row 1 against FloorWorkflow: it must ask Temporal for what an answer
+    asks, in the same workflow tasks, or the floor measures another shape. MinimalWorkflow is the
+    answer less every step that could be merged: retrieval, then generate."""
+    async with answering(client, module_database, embedder, engine, ingested) as (stack, rag, _):
+        answer = await rag.ask(AskRequest(tenant="t", question=QUESTION, max_answer_tokens=4))
+        events = (await client.get_workflow_handle(answer.trace_id).fetch_history()).events
+        queues = (f"floor-{uuid.uuid4().hex[:8]}", f"floor-llm-{uuid.uuid4().hex[:8]}")
+        shapes: dict[str, list[str]] = {}
+        with ThreadPoolExecutor(2) as executor:
+            workers = floor_workers(client, *queues, worker_interceptors(stack.settings), executor)
+            async with workers[0], workers[1]:
+                for flow in (FloorWorkflow, MinimalWorkflow):
+                    handle = await client.start_workflow(
+                        flow.run, queues[1], id=f"floor-{uuid.uuid4().hex}", task_queue=queues[0]
+                    )
+                    await handle.result()
+                    shapes[flow.__name__] = command_shape((await handle.fetch_history()).events)
+    assert answer.route == "primary" and answer.degradations == []
+    asked = command_shape(events)
+    assert asked == ["task", "local", "local", "remote:generate", "task", "local", "local"], asked
+    assert shapes["FloorWorkflow"] == [
+        "task", "local", "local", "remote:floor_generate", "task", "local", "local"
+    ]  # fmt: skip
+    assert shapes["MinimalWorkflow"] == ["task", "local", "remote:floor_generate", "task"]
 
 
 async def test_the_router_sends_each_class_of_question_to_its_models_queue(

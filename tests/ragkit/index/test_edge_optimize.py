@@ -6,6 +6,7 @@ crash) leaves the live shard whole."""
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import resource
 import threading
@@ -221,6 +222,51 @@ def test_the_new_shard_is_read_into_the_page_cache_before_it_serves(index: EdgeI
         index.search(vec(seed), 50, WHERE)
     # A stray fault elsewhere in the process (a page of a library) may count: 5 leaves room.
     assert resource.getrusage(resource.RUSAGE_SELF).ru_majflt - before <= 5
+
+
+def evict(folder: Path) -> int:
+    """Drop a closed shard's pages from the page cache, as a restart finds them; then read one
+    file through a mapping to prove it worked here: the major faults that took (0 on a file
+    system that keeps everything in memory, where the test below would prove nothing)."""
+    os.sync()  # only clean pages can be dropped
+    files = [Path(d) / name for d, _, names in os.walk(folder) for name in names]
+    for file in files:
+        handle = os.open(file, os.O_RDONLY)
+        try:
+            os.posix_fadvise(handle, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(handle)
+    largest = max(files, key=lambda f: f.stat().st_size)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+    with open(largest, "rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as m:
+        sum(m[i] for i in range(0, len(m), mmap.PAGESIZE))
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - before
+    handle = os.open(largest, os.O_RDONLY)
+    try:
+        os.posix_fadvise(handle, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(handle)
+    return faults
+
+
+def test_a_shard_opened_from_disk_is_read_ahead_into_the_page_cache(index: EdgeIndex) -> None:
+    """After a restart the shard's pages are not cached: the open asks the kernel to read them
+    ahead, so the first searches do not fault them in one at a time (without it: ~100 faults
+    that needed a disk read in these 200 searches)."""
+    index.optimize()
+    path = index.path
+    index.close()
+    assert evict(path) > 0, "could not drop the shard from the page cache on this file system"
+    reopened = open_edge(path)
+    try:
+        assert reopened.wait_read_ahead(30)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+        for seed in range(200):
+            reopened.search(vec(seed), 50, WHERE)
+        # A stray fault elsewhere in the process (a page of a library) may count: 5 leaves room.
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_majflt - before <= 5
+    finally:
+        reopened.close()
 
 
 def test_points_arriving_build_the_graph_in_the_background(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -58,7 +59,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
+import temporalio.bridge.worker  # noqa: E402
 from temporalio.api.enums.v1 import TaskQueueKind, TimeoutType  # noqa: E402
 from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
 from temporalio.client import Client, WorkflowHistory  # noqa: E402
@@ -180,7 +182,9 @@ NOTE = (
     "of their own, everything else on the rest (ragkit/cpus.py; `cpus` in the JSON). "
     "In the hop table, `start` and `workflow task N dispatch` are Temporal round trips, "
     "`workflow task N run` includes that task's local activities (the `step` rows; `plain "
-    "function:` rows are the same calls made directly), `generate dispatch` is the one hop to the "
+    "function:` rows are the same calls made directly), the `worker:` rows split workflow task "
+    "1's time around its steps by when the SDK's core handed this process each activation and "
+    "took back each completion (ActivationClock), `generate dispatch` is the one hop to the "
     "LLM worker, the `of which` rows split the first token's way from the engine to the client, "
     "and `replayed sandboxed/unsandboxed` is the workflow code's own CPU per answer with and "
     "without the sandbox the workers run."
@@ -256,6 +260,103 @@ class PublishClock:
         """The first publish of a stream within (after, before): one request at a time."""
         found = [p for p in self.first if after <= p[0] <= before]
         return min(found) if found else None
+
+
+class ActivationClock:
+    """When this process's workers got each workflow activation and activity task from the SDK's
+    core, and handed back each completion: the bridge worker's poll and complete calls, wrapped
+    (instrumentation only: they call the originals). Against the history's event times, row 1
+    reads where workflow task 1 spends what its steps do not: the way from the server's start of
+    the task to the first activation in Python, the workflow code of each activation, the
+    hand-offs around each local activity, and from the last completion to the server's record
+    of the task; then from generate's completion to the next activation."""
+
+    CALLS = (
+        "poll_workflow_activation",
+        "complete_workflow_activation",
+        "poll_activity_task",
+        "complete_activity_task",
+    )
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[tuple[float, str]]] = {}  # run id -> (wall clock, what)
+        self._runs: dict[bytes, str] = {}  # an activity task's token -> its workflow's run id
+        bridge = temporalio.bridge.worker.Worker
+        self._originals = {name: getattr(bridge, name) for name in self.CALLS}
+
+    def _note(self, run_id: str, what: str) -> None:
+        self.seen.setdefault(run_id, []).append((time.time(), what))
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """The calls wrapped within, as they were after (row 1 only: the other rows run bare)."""
+        bridge = temporalio.bridge.worker.Worker
+        poll, complete, poll_task, complete_task = self._originals.values()
+        clock = self
+
+        async def polled(worker: Any) -> Any:
+            activation = await poll(worker)
+            clock._note(activation.run_id, "activation")
+            return activation
+
+        async def completed(worker: Any, completion: Any) -> None:
+            clock._note(completion.run_id, "completion")
+            await complete(worker, completion)
+
+        async def task_polled(worker: Any) -> Any:
+            task = await poll_task(worker)
+            if task.HasField("start"):
+                run_id = task.start.workflow_execution.run_id
+                clock._runs[task.task_token] = run_id
+                clock._note(run_id, "local started" if task.start.is_local else "remote started")
+            return task
+
+        async def task_completed(worker: Any, completion: Any) -> None:
+            run_id = clock._runs.pop(completion.task_token, None)
+            if run_id is not None:
+                clock._note(run_id, "activity done")
+            await complete_task(worker, completion)
+
+        wrapped = (polled, completed, task_polled, task_completed)
+        for name, call in zip(self.CALLS, wrapped, strict=True):
+            setattr(bridge, name, call)
+        try:
+            yield
+        finally:
+            for name, call in self._originals.items():
+                setattr(bridge, name, call)
+
+    def hops(self, events: list[HistoryEvent]) -> dict[str, float]:
+        """Workflow task 1 of one answer, from its history and what this clock saw of its run."""
+        run_id = events[0].workflow_execution_started_event_attributes.original_execution_run_id
+        seen = self.seen.get(run_id, [])
+        remote = next((i for i, (_, what) in enumerate(seen) if what == "remote started"), None)
+        started = [_at(e) for e in events if e.HasField("workflow_task_started_event_attributes")]
+        done = [_at(e) for e in events if e.HasField("workflow_task_completed_event_attributes")]
+        if remote is None or not started or not done or seen[0][1] != "activation":
+            return {}
+        task = seen[:remote]
+        code = handoffs = 0.0
+        for (at, what), (next_at, next_what) in itertools.pairwise(task):
+            if what == "activation" and next_what == "completion":
+                code += next_at - at
+            elif (what, next_what) in (("completion", "local started"),
+                                       ("activity done", "activation")):  # fmt: skip
+                handoffs += next_at - at
+        last = max(at for at, what in task if what == "completion")
+        found = {
+            "worker: task 1 started -> its first activation in Python": seen[0][0] - started[0],
+            "worker: workflow code in task 1 (its activations, summed)": code,
+            "worker: local activity hand-offs in task 1 (summed)": handoffs,
+            "worker: task 1's last completion -> task completed (server)": done[0] - last,
+        }
+        after = seen[remote:]
+        ended = next((i for i, (_, what) in enumerate(after) if what == "activity done"), None)
+        if ended is not None and ended + 1 < len(after) and after[ended + 1][1] == "activation":
+            found["worker: generate done -> the next activation in Python"] = (
+                after[ended + 1][0] - after[ended][0]
+            )
+        return {name: seconds * 1000 for name, seconds in found.items()}
 
 
 class LoopLag:
@@ -732,6 +833,7 @@ class Setup:
     key: str
     max_tokens: int
     published: PublishClock
+    activations: ActivationClock
     floor_queues: tuple[str, str]  # FloorWorkflow's queue, its 'LLM' queue
     server_cpu: ServerCpu
 
@@ -820,15 +922,16 @@ def net_server_cpu(cpu: dict[str, list[tuple[float, float]]]) -> dict[str, float
     return found
 
 
-async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
-    """Row 1: RagClient.ask against Plain.answer, alternating which goes first; and after each
-    pair, the floor of the answer's shape (the same commands with steps that do nothing), the
-    fewest commands an answer can issue, and an empty workflow."""
-    plain_ms: list[float] = []
-    shapes: dict[str, list[float]] = {"floor": [], "minimal": [], "empty": []}
-    cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in ("plain", "answer", *shapes)}
-    asked: list[Asked] = []
-    s.plain.steps = {}
+async def _answer_pairs(
+    s: Setup,
+    requests: int,
+    plain_ms: list[float],
+    shapes: dict[str, list[float]],
+    cpu: dict[str, list[tuple[float, float]]],
+    asked: list[Asked],
+) -> None:
+    """Row 1's calls: each pair (plain, workflow; the order alternates), then each floor shape,
+    with the server's CPU for each; the first WARMUP rounds are not kept."""
     for i in range(requests + WARMUP):
         request = request_for(i, s.max_tokens)
         s.plain.recording = i >= WARMUP
@@ -848,6 +951,19 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
             asked.append(f)
             for kind, cpu_and_wall in measured.items():
                 cpu[kind].append(cpu_and_wall)
+
+
+async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
+    """Row 1: RagClient.ask against Plain.answer, alternating which goes first; and after each
+    pair, the floor of the answer's shape (the same commands with steps that do nothing), the
+    fewest commands an answer can issue, and an empty workflow."""
+    plain_ms: list[float] = []
+    shapes: dict[str, list[float]] = {"floor": [], "minimal": [], "empty": []}
+    cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in ("plain", "answer", *shapes)}
+    asked: list[Asked] = []
+    s.plain.steps = {}
+    with s.activations.installed():
+        await _answer_pairs(s, requests, plain_ms, shapes, cpu, asked)
     flow_ms = [a.ms for a in asked]
     steps: dict[str, list[float]] = {}
     for a in asked:
@@ -861,6 +977,10 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
     hops = await histories(s.rag.client, calls, recorded)
     replayed = await replay_cost(s.rag.settings, recorded)
     replay = {f"workflow code per answer, replayed {k} (per round)": v for k, v in replayed.items()}
+    worker: dict[str, list[float]] = {}
+    for history in recorded:
+        for name, ms in s.activations.hops(list(history.events)).items():
+            worker.setdefault(name, []).append(ms)
     overhead = [f - p for f, p in zip(flow_ms, plain_ms, strict=True)]
     floors = {
         "floor: the same commands with no-op steps (whole call)": shapes["floor"],
@@ -871,7 +991,7 @@ async def answer_overhead(s: Setup, requests: int) -> dict[str, Any]:
         "plain_ms": plain_ms, "flow_ms": flow_ms, "overhead": overhead, "eager": eager,
         "floor_ms": shapes["floor"], "minimal_ms": shapes["minimal"], "empty_ms": shapes["empty"],
         "server_cpu_ms": net_server_cpu(cpu),
-        "hops": hop_rows("answer (client)", hops, steps, plain_steps | replay | floors),
+        "hops": hop_rows("answer (client)", hops, steps, plain_steps | worker | replay | floors),
         "counts": dispatch_counts(hops),
     }  # fmt: skip
 
@@ -1123,10 +1243,12 @@ async def in_process(
                 assert not result.failures, result.failures
                 published = PublishClock()
                 published.install()
+                activations = ActivationClock()
                 server_cpu = ServerCpu(work / "temporal" / "run" / "temporal.pid")
                 s = Setup(
-                    rag, plain, engine, http, key, max_tokens, published, floor_queues, server_cpu
-                )
+                    rag, plain, engine, http, key, max_tokens, published, activations,
+                    floor_queues, server_cpu,
+                )  # fmt: skip
                 if 1 in rows:
                     print("row 1: answer overhead ...", flush=True)
                     out["answer"] = await answer_overhead(s, requests)

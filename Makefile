@@ -31,7 +31,9 @@ demo: venv
 	$(BIN)/durable-rag up
 	$(BIN)/durable-rag ingest corpus README.md ARCHITECTURE.md
 	$(BIN)/durable-rag search "Who delivered the Gettysburg Address and when?"
+	$(BIN)/durable-rag search "Which eight-thousander was first climbed in 1955?" -k 2
 	$(BIN)/durable-rag ask "Who designed the UTF-8 encoding?"
+	$(BIN)/durable-rag ask "Who wrote Git, and in which year?"
 	@echo
 	@echo "Stop everything with: $(BIN)/durable-rag down"
 
@@ -44,7 +46,7 @@ test: venv
 	$(BIN)/pytest
 
 test-fast: venv
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -m "not slow and not gpu"
 
 lint: venv
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports

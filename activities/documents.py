@@ -20,6 +20,7 @@ from ragkit import ids, parsing, policies
 from ragkit.chunking import chunk_document
 from ragkit.db import Chunk, Document, DocumentStatus, dead_chunk
 from ragkit.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
+from ragkit.parsing.isolation import IsolatedParser, Parser
 from ragkit.retrieval import keyword_query
 from ragkit.sources import Source
 from ragkit.store import uploads
@@ -30,6 +31,7 @@ from schemas.ingest import (
     DiscoverInput,
     DiscoverOutput,
     DocumentsInput,
+    SkippedFiles,
     StageBatchInput,
     StageBatchOutput,
 )
@@ -63,6 +65,51 @@ def document_conditions(documents: DocumentFilter) -> list[ColumnElement[bool]]:
     return found
 
 
+class _Skips:
+    """What a folder walk left out, grouped by (kind, extension), with a few examples each."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str], int] = {}
+        self.examples: dict[tuple[str, str, str], list[str]] = {}
+
+    def add(self, path: Path, kind: str, extension: str = "", reason: str = "") -> None:
+        key = (kind, extension, reason)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        examples = self.examples.setdefault(key, [])
+        if len(examples) < 3:
+            examples.append(os.fsencode(path).decode("utf-8", "backslashreplace"))
+
+    def walk(self, folder: Path) -> list[Path]:
+        """The supported files under `folder`, sorted; every other file is counted here."""
+        found = []
+        for path in folder.rglob("*"):
+            parts = path.relative_to(folder).parts
+            if any(part.startswith(".") for part in parts):
+                if not path.is_dir():
+                    self.add(path, "hidden")
+                continue
+            if path.is_dir():
+                continue
+            suffix = path.suffix.lower()
+            if not path.is_file():  # a FIFO, a socket, a device, a dangling link
+                self.add(path, parsing.UNREADABLE, suffix or "(none)", "not a regular file")
+            elif suffix in parsing.CONTENT_TYPES:
+                found.append(path)
+            else:
+                reason = parsing.unsupported_reason(suffix)
+                self.add(path, parsing.UNSUPPORTED_TYPE, suffix or "(none)", reason)
+        return sorted(found)
+
+    def report(self) -> list[SkippedFiles]:
+        return [
+            SkippedFiles(
+                kind=kind, extension=extension, reason=reason, count=n, examples=self.examples[key]
+            )
+            for key, n in sorted(self.counts.items(), key=lambda item: (-item[1], item[0]))
+            for kind, extension, reason in [key]
+        ]
+
+
 class DocumentActivities:
     def __init__(
         self,
@@ -71,12 +118,15 @@ class DocumentActivities:
         chunk_tokens: int,
         chunk_overlap: float,
         max_document_bytes: int,
+        parser: Parser | None = None,
     ) -> None:
         self.sessions = sessions
         self.tokenizer = tokenizer
         self.chunk_tokens = chunk_tokens
         self.chunk_overlap = chunk_overlap
         self.max_document_bytes = max_document_bytes
+        # Documents are parsed in child processes with limits: a hostile one costs a parse_error.
+        self.parser: Parser = parser or IsolatedParser()
         # Fast tokenizers refuse concurrent use from several threads ("Already borrowed").
         self._tokenizer_lock = threading.Lock()
 
@@ -87,6 +137,7 @@ class DocumentActivities:
         """Expand folders into the supported files under them, in a stable order."""
         files: list[str] = []
         failures: list[DocumentFailure] = []
+        skips = _Skips()
         seen: set[str] = set()
         for raw in request.paths:
             if Source.parse(raw).is_upload:
@@ -97,14 +148,7 @@ class DocumentActivities:
             # abspath, not resolve: a symlink keeps its own name as the document's source.
             path = Path(os.path.abspath(Path(raw).expanduser()))
             if path.is_dir():
-                found = sorted(
-                    p
-                    for p in path.rglob("*")
-                    if p.is_file()
-                    and p.suffix.lower() in parsing.CONTENT_TYPES
-                    and not any(part.startswith(".") for part in p.relative_to(path).parts)
-                )
-                candidates = [str(p) for p in found]
+                candidates = [str(p) for p in skips.walk(path)]
             elif path.exists():
                 candidates = [str(path)]
             else:
@@ -131,7 +175,7 @@ class DocumentActivities:
                 if candidate not in seen:
                     seen.add(candidate)
                     files.append(candidate)
-        return DiscoverOutput(files=files, failures=failures)
+        return DiscoverOutput(files=files, failures=failures, skipped=skips.report())
 
     @activity.defn
     def stage_batch(self, request: StageBatchInput) -> StageBatchOutput:
@@ -143,6 +187,7 @@ class DocumentActivities:
         staged: list[DocumentVersion] = []
         unchanged: list[str] = []
         failures: list[DocumentFailure] = []
+        notes: list[DocumentFailure] = []
         for source in request.files:
             try:
                 # Heartbeats while a file is parsed: a crashed worker is noticed in seconds,
@@ -158,12 +203,17 @@ class DocumentActivities:
                 unchanged.append(source)
                 DOCUMENTS_INGESTED.labels("unchanged").inc()
             else:
-                staged.append(outcome)
-        return StageBatchOutput(staged=staged, unchanged=unchanged, failures=failures)
+                version, said = outcome
+                staged.append(version)
+                notes.extend(
+                    DocumentFailure(source=source, kind=kind, message=message)
+                    for kind, message in said
+                )
+        return StageBatchOutput(staged=staged, unchanged=unchanged, failures=failures, notes=notes)
 
     def _stage_one(
         self, tenant: str, source: str, metadata: dict[str, str]
-    ) -> DocumentVersion | None:
+    ) -> tuple[DocumentVersion, list[tuple[str, str]]] | None:
         started = time.perf_counter()
         content_type = parsing.content_type_for(source)
         data = self._read(tenant, Source.parse(source))
@@ -181,7 +231,7 @@ class DocumentActivities:
             ):
                 return None
 
-        parsed = parsing.parse(data, content_type, fallback_title=Source.parse(source).stem)
+        parsed = self.parser(data, content_type, Source.parse(source).stem)
         with self._tokenizer_lock:
             drafts = chunk_document(parsed, self.tokenizer, self.chunk_tokens, self.chunk_overlap)
         STEP_SECONDS.labels("parse_chunk").observe(time.perf_counter() - started)
@@ -227,11 +277,12 @@ class DocumentActivities:
                         "heading_path": d.heading_path,
                         "char_start": d.char_start,
                         "char_end": d.char_end,
+                        "location": d.location,
                     }
                     for d in drafts
                 ],
             )
-        return DocumentVersion(document_id=doc_id, version=version, source=source)
+        return DocumentVersion(document_id=doc_id, version=version, source=source), parsed.notes
 
     def _read(self, tenant: str, source: Source) -> bytes:
         if not source.is_upload:
@@ -479,6 +530,7 @@ class DocumentActivities:
                 score=scores[chunk.id],
                 char_start=chunk.char_start,
                 char_end=chunk.char_end,
+                location=chunk.location,
             )
             for chunk, doc in rows
         ]

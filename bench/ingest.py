@@ -1,6 +1,6 @@
 """Ingest throughput: IngestWorkflow against the same steps in a plain loop, in one run.
 
-    .venv/bin/python bench/ingest.py [--copies N] [--batch-documents B]
+    .venv/bin/python bench/ingest.py [--copies N] [--batch-documents B] [--corpus FOLDER]
 
 Both sides parse, chunk (MiniLM tokenizer, 512-token budget), embed with the same loaded MiniLM
 model and upsert into a fresh Qdrant Edge index. The workflow side also stages and commits every
@@ -48,9 +48,9 @@ from ragkit.settings import PACKAGED_MINILM, Settings  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
 
 
-def make_corpus(target: Path, copies: int) -> list[Path]:
+def make_corpus(target: Path, copies: int, corpus: Path = ROOT / "corpus") -> list[Path]:
     for n in range(copies):
-        shutil.copytree(ROOT / "corpus", target / f"copy-{n}")
+        shutil.copytree(corpus, target / f"copy-{n}")
         for name in ("README.md", "ARCHITECTURE.md"):
             shutil.copy(ROOT / name, target / f"copy-{n}" / name)
     return sorted(p for p in target.rglob("*") if p.is_file())
@@ -154,12 +154,15 @@ async def print_breakdown(client: Client, workflow_id: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=1, help="copies of the bundled corpus")
+    parser.add_argument(
+        "--corpus", type=Path, default=ROOT / "corpus", help="another corpus (an older one's)"
+    )
     parser.add_argument("--batch-documents", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-    files = make_corpus(work / "corpus", args.copies)
+    files = make_corpus(work / "corpus", args.copies, args.corpus)
     pg = EmbeddedPostgres(work / "pg", free_port())
     temporal = TemporalDevServer(work / "temporal", free_port(), None, free_port())
     try:

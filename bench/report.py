@@ -37,6 +37,7 @@ BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "forget": ("bench/forget.py", []),
     "vector_search": ("bench/vector_search.py", []),
     "retrieval": ("bench/retrieval.py", []),
+    "intake": ("bench/intake.py", ["--search"]),
     "soak": ("bench/soak.py", ["--window", "15"]),
 }
 
@@ -198,6 +199,7 @@ def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "target": row.get("target", "P99 < 50 ms (ratio < 1)"),
             "met": row.get("target_met", p99 < 50.0),
         })  # fmt: skip
+    rows += intake_summary(results.get("intake", {}))
     soak = results.get("soak", {})
     if soak.get("windows"):
         rows.append({
@@ -207,6 +209,37 @@ def summary(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "ratio": soak["p99_drift"],
             "target": "no failed request",
             "met": soak["failed"] == 0,
+        })  # fmt: skip
+    return rows
+
+
+# Issue 37's targets for the new parsers, on every format where the figure exists.
+INTAKE_TARGETS = {"words": 0.97, "headings": 0.9, "cells": 0.95, "phrases": 0.95}
+
+
+def intake_summary(intake: dict[str, Any]) -> list[dict[str, Any]]:
+    """bench/intake.py: each recall's worst format for the new parsers, beside today's."""
+    figures = intake.get("figures", {})
+    if "new" not in figures:
+        return []
+    rows: list[dict[str, Any]] = []
+    for figure, target in INTAKE_TARGETS.items():
+        by_format = {
+            fmt: shares[figure]
+            for fmt, shares in figures["new"].items()
+            if fmt != "all" and shares.get(figure) is not None
+        }
+        if not by_format:
+            continue
+        worst = min(by_format, key=lambda fmt: by_format[fmt])
+        today = figures.get("today", {}).get(worst, {}).get(figure)
+        rows.append({
+            "figure": f"intake: {figure} recall, worst format ({worst})",
+            "plain-loop baseline": f"{today:.3f} (today's parser)" if today is not None else "",
+            "durable-rag": by_format[worst],
+            "ratio": by_format[worst] / today if today else math.nan,
+            "target": f">= {target} on every format",
+            "met": by_format[worst] >= target,
         })  # fmt: skip
     return rows
 
@@ -318,6 +351,7 @@ def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any
         ("forget", "Forgetting: how long a deleted run's text stays on the Temporal server"),
         ("vector_search", "Vector search on the embedded index, with filters"),
         ("retrieval", "Retrieval quality (labelled sets)"),
+        ("intake", "Document intake: what each parser keeps of 157 public documents"),
         ("soak", "Soak (smoke run)"),
     ]
     for name, title in sections:
@@ -350,7 +384,17 @@ def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any
             k: v
             for k, v in figures.items()
             if k
-            not in ("name", "rows", "windows", "machine", "hops", "problems", "note", "dispatches")
+            not in (
+                "name",
+                "rows",
+                "windows",
+                "machine",
+                "hops",
+                "problems",
+                "note",
+                "dispatches",
+                "figures",
+            )
             and not isinstance(v, list)
         }
         if extras and name != "soak":

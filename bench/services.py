@@ -59,6 +59,7 @@ def local_workers(
     embedder: Any,
     executor: Any,
     live_executor: Any = None,
+    parser: Any = None,
 ) -> list[Any]:
     """The orchestrator's bulk and live workers and the index worker, in this process, over one
     open index: live retrieval reads it directly, as the orchestrator reads a Qdrant server."""
@@ -77,6 +78,7 @@ def local_workers(
             ActiveReader(generations),
             executor,
             live_executor or ThreadPoolExecutor(settings.worker.live_max_concurrent_activities),
+            parser=parser,
         ),
         index_worker.build_worker(client, settings, generations, embedder, sessions, executor),
     ]

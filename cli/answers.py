@@ -17,6 +17,7 @@ from cli.common import (
     Meta,
     UpdatedAfter,
     UpdatedBefore,
+    cited,
     connect,
     console,
     db_sessions,
@@ -39,7 +40,7 @@ def _print_answer_text(answer: Answer) -> None:
     console.print(f"{escape(answer.answer)}\n")
     for c in answer.citations:
         console.print(
-            f"  [{c.number}] {escape(c.title)} › {escape(c.heading_path)}\n      "
+            f"  [{c.number}] {escape(cited(c.title, c.heading_path, c.location))}\n      "
             f"{escape(c.source)}:{c.char_start}-{c.char_end}"
         )
 

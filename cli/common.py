@@ -47,6 +47,17 @@ def print_degradations(notes: Iterable[str]) -> None:
         console.print(f"  [yellow]degraded[/yellow] {escape(note)}")
 
 
+def cited(title: str, heading_path: str, location: str) -> str:
+    """`Title › Section > Sub · slide 3`: what a person follows to a passage. The heading path
+    often starts with the title: it is shown once."""
+    path = (
+        heading_path
+        if heading_path and heading_path.startswith(title)
+        else " › ".join(part for part in (title, heading_path) if part)
+    )
+    return f"{path} · {location}" if location else path
+
+
 def exists(path: Path, folder: bool = False) -> bool:
     """Path.exists (or is_dir), but no for a name the OS refuses (too long, no access): those
     raise OSError, which was a traceback for `ingest` of a 9000-character path."""

@@ -20,6 +20,7 @@ from cli.common import (
     UpdatedAfter,
     UpdatedBefore,
     check_tenant,
+    cited,
     connect,
     console,
     document_filter,
@@ -32,12 +33,18 @@ from cli.common import (
     usage_error,
 )
 from ragkit import ids, policies
-from schemas.ingest import IngestProgress
+from schemas.ingest import IngestProgress, describe_skipped
 from schemas.search import SearchRequest
 
 
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Files or folders (md, txt, html, pdf).")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Files or folders: Markdown, text, HTML, PDF, Word (.docx), PowerPoint (.pptx), "
+            "Excel (.xlsx), CSV, TSV."
+        ),
+    ],
     tenant: Annotated[str | None, typer.Option(help="Tenant; default from settings.")] = None,
     meta: Meta = None,
 ) -> None:
@@ -86,7 +93,24 @@ def ingest(
             f"passages embedded {t.passages_embedded}"
         )
         for failure in result.failures:
-            console.print(f"  [yellow]{failure.kind}[/yellow] {failure.source}: {failure.message}")
+            console.print(
+                f"  [yellow]{failure.kind}[/yellow] {escape(failure.source)}: "
+                f"{escape(failure.message)}"
+            )
+        for note in result.notes:
+            console.print(
+                f"  [cyan]partly read[/cyan] {escape(note.source)}: {escape(note.message)}"
+            )
+        if result.skipped:
+            # Soft wrap: a terminal wraps it, and the line stays one line when piped.
+            console.print(escape(describe_skipped(result.skipped)), soft_wrap=True)
+            for group in result.skipped:
+                shown = ", ".join(group.examples)
+                more = f" and {group.count - len(group.examples)} more" if group.count > 3 else ""
+                console.print(
+                    f"  [dim]{escape(group.extension or group.kind)}: {escape(shown)}{more}[/dim]",
+                    soft_wrap=True,
+                )
         print_degradations(result.degradations)
 
     asyncio.run(run())
@@ -134,14 +158,10 @@ def search(
             console.print("no passages found")
         for rank, p in enumerate(response.passages, start=1):
             location = f"{p.source}:{p.char_start}-{p.char_end}"
-            # The heading path usually starts with the document's title: show it once.
-            path = (
-                p.heading_path
-                if p.heading_path.startswith(p.title)
-                else f"{p.title} › {p.heading_path}"
-            )
+            path = cited(p.title, p.heading_path, p.location)
             console.print(
-                f"\n[bold]{rank}. score {p.score:.3f}[/bold]  {escape(path)}\n   {escape(location)}"
+                f"\n[bold]{rank}. score {p.score:.3f}[/bold]  {escape(path)}\n   {escape(location)}",
+                soft_wrap=True,  # a path stays one line: it can be copied
             )
             snippet = " ".join(p.text.split())
             console.print(f"   {escape(snippet[:300])}{'…' if len(snippet) > 300 else ''}")

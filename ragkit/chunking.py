@@ -48,6 +48,7 @@ class ChunkDraft:
     heading_path: str
     char_start: int
     char_end: int
+    location: str = ""  # the page, slide or rows it spans, for a person: "pages 3-4"
 
 
 @dataclass(frozen=True, slots=True)  # one per sentence: millions in a file of tiny ones
@@ -79,7 +80,7 @@ def chunk_document(
     if not 0 <= overlap < 0.5:
         raise ValueError("overlap must be in [0, 0.5)")
     chunks: list[ChunkDraft] = []
-    for path, blocks in _sections(doc.blocks):
+    for path, blocks in _sections(doc.blocks, by_page=doc.page_kind == "slide"):
         heading = HEADING_SEPARATOR.join(_shorten(part) for part in path)
         # The heading is embedded with every chunk, so it takes part of the budget.
         heading_tokens = _count(tokenizer, [heading])[0] if heading else 0
@@ -96,19 +97,41 @@ def chunk_document(
                     heading_path=heading,
                     char_start=first.start,
                     char_end=last.end,
+                    location=location(
+                        doc.page_kind, blocks[first.paragraph], blocks[last.paragraph]
+                    ),
                 )
             )
     return chunks
+
+
+def _span(noun: str, first: int, last: int) -> str:
+    return f"{noun} {first}" if first == last else f"{noun}s {first}-{last}"
+
+
+def location(page_kind: str, first: Block, last: Block) -> str:
+    """Where a run of blocks is, as a person finds it: `rows 5-12`, `slide 3`, `pages 3-4`."""
+    if first.row and last.row:
+        return _span("row", first.row, last.row)
+    if page_kind and first.page and last.page:
+        return _span(page_kind, first.page, last.page)
+    return ""
 
 
 def _shorten(heading: str) -> str:
     return heading if len(heading) <= MAX_HEADING_CHARS else heading[: MAX_HEADING_CHARS - 1] + "…"
 
 
-def _sections(blocks: Sequence[Block]) -> list[tuple[tuple[str, ...], list[Block]]]:
+def _sections(blocks: Sequence[Block], by_page: bool) -> list[tuple[tuple[str, ...], list[Block]]]:
+    """Runs of blocks under one heading path (and, `by_page`, on one slide: two slides of one
+    title are two sections)."""
     sections: list[tuple[tuple[str, ...], list[Block]]] = []
     for block in blocks:
-        if sections and sections[-1][0] == block.heading_path:
+        if (
+            sections
+            and sections[-1][0] == block.heading_path
+            and (not by_page or sections[-1][1][-1].page == block.page)
+        ):
             sections[-1][1].append(block)
         else:
             sections.append((block.heading_path, [block]))

@@ -111,6 +111,8 @@ class Chunk(Base):
     heading_path: Mapped[str] = mapped_column(Text, default="")
     char_start: Mapped[int] = mapped_column(Integer)
     char_end: Mapped[int] = mapped_column(Integer)
+    # Where a person finds it: "page 3", "slides 2", "rows 5-12" ("" where the format has none).
+    location: Mapped[str] = mapped_column(Text, default="", server_default="")
     tsv: Mapped[str] = mapped_column(
         TSVECTOR,
         Computed("to_tsvector('english', heading_path || ' ' || text)", persisted=True),

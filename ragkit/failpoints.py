@@ -10,8 +10,11 @@ workers run). An absent or empty file means no fault. The file maps a point to w
      "index_write": {"error": "disk_full"},             # OSError(ENOSPC) on index writes
      "activity:search_vectors": {"delay_seconds": 4}}   # an activity that outlives its timeout
 
-Points: `embedding` (Embedder), `index` and `index_write` (VectorIndexActivities), and
-`activity:<name>` (a worker interceptor, for any activity).
+Points: `embedding` (Embedder), `index` and `index_write` (VectorIndexActivities),
+`activity:<name>` (a worker interceptor, for any activity), and `parser` (the parsing child
+process, ragkit/parsing/isolation.py: `{"crash": "SIGSEGV"}`, `{"spin_seconds": 90}`,
+`{"sleep_seconds": 300}` or `{"allocate_mb": 4096}`, for the document whose file name stem is
+`"title"` when given, else for every document).
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ def configure(path: Path | None) -> None:
 
 def enabled() -> bool:
     return _path is not None
+
+
+def configured() -> Path | None:
+    """The file failpoints are read from (a child process is handed it), or None."""
+    return _path
 
 
 def active() -> dict[str, dict[str, Any]]:

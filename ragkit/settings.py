@@ -283,6 +283,27 @@ class IngestSettings(BaseModel):
         le=10_000,
         description="Batches one ingest workflow run handles before continue-as-new.",
     )
+    parse_cpu_seconds: int = Field(
+        default=60,
+        ge=1,
+        le=3_600,
+        description="CPU time one document's parse may take in its child process; past it the "
+        "document fails as parse_error and the next one gets a fresh process.",
+    )
+    parse_memory_mb: int = Field(
+        default=2_048,
+        ge=256,
+        le=65_536,
+        description="Address space of the parsing child process (RLIMIT_AS); a document that "
+        "needs more fails as parse_error.",
+    )
+    parse_timeout_seconds: float = Field(
+        default=180.0,
+        gt=0,
+        le=7_200,
+        description="Wall-clock time one document's parse may take (a parser that waits without "
+        "using CPU): past it the child is killed and the document fails as parse_error.",
+    )
 
 
 class LlmSettings(BaseModel):

@@ -181,6 +181,11 @@ class Citation(Contract):
     heading_path: str
     char_start: int
     char_end: int
+    location: str = Field(
+        default="",
+        max_length=200,
+        description="Where a person finds it in the document: `page 3`, `slide 2`, `rows 5-12`.",
+    )
 
 
 class ContextPassage(Contract):

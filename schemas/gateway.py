@@ -54,9 +54,10 @@ class DocumentBody(Contract):
     name: str = Field(
         min_length=1,
         max_length=200,
-        pattern=r"^[A-Za-z0-9 _.,()+-]+\.(md|markdown|txt|html|htm)$",
-        description="File name with its type's suffix; it is the document's identity: sending "
-        "the same name again replaces the document with a new version.",
+        pattern=r"^[A-Za-z0-9 _.,()+-]*[A-Za-z0-9_()+-]\.[A-Za-z0-9]{1,10}$",
+        description="File name with its type's suffix (`.md`, `.txt`, `.html`, `.csv`, `.tsv` as "
+        "text; `.pdf`, `.docx`, `.pptx`, `.xlsx` as an upload); it is the document's identity: "
+        "sending the same name again replaces the document with a new version.",
     )
     text: str = Field(min_length=1, max_length=16_000_000)
     metadata: Metadata = Field(

@@ -23,6 +23,36 @@ class IngestRequest(Contract):
     )
 
 
+class SkippedFiles(Contract):
+    """Files a folder walk left out, counted by why and by extension: nothing is skipped in
+    silence."""
+
+    kind: str = Field(
+        description="unsupported_type (a format we do not read), hidden (a name starting with "
+        "'.', or in such a folder), or unreadable (not a regular file)."
+    )
+    extension: str = Field(default="", description="`.png`, or empty for hidden files.")
+    reason: str = Field(default="", description="What to do: `convert to .docx`.")
+    count: int = Field(ge=1)
+    examples: list[str] = Field(
+        default_factory=list, max_length=3, description="A few of the files, to find them by."
+    )
+
+
+def describe_skipped(skipped: list[SkippedFiles]) -> str:
+    """`skipped 12 files: 9 .png (unsupported_type), 3 .doc (unsupported_type: convert to
+    .docx)`, or '' when nothing was skipped; the CLI, the gateway and the run's details say it."""
+    if not skipped:
+        return ""
+    total = sum(s.count for s in skipped)
+    parts = []
+    for group in sorted(skipped, key=lambda s: (-s.count, s.extension, s.kind)):
+        why = f"{group.kind}: {group.reason}" if group.reason else group.kind
+        what = f"{group.count} {group.extension}" if group.extension else f"{group.count}"
+        parts.append(f"{what} ({why})")
+    return f"skipped {total} file{'s' if total != 1 else ''}: {', '.join(parts)}"
+
+
 class IngestTotals(Contract):
     """Running counts; the workflow updates them in place between activities."""
 
@@ -47,6 +77,8 @@ class IngestCarry(Contract):
     totals: IngestTotals
     failures: list[DocumentFailure] = Field(default_factory=list)
     degradations: list[str] = Field(default_factory=list)
+    skipped: list[SkippedFiles] = Field(default_factory=list)
+    notes: list[DocumentFailure] = Field(default_factory=list)
 
 
 class IngestWorkflowInput(Contract):
@@ -68,6 +100,24 @@ class IngestResult(Contract):
     degradations: list[str] = Field(
         default_factory=list, description="Fallbacks that were taken, in words."
     )
+    skipped: list[SkippedFiles] = Field(
+        default_factory=list, description="Files the folder walk left out, and why."
+    )
+    notes: list[DocumentFailure] = Field(
+        default_factory=list,
+        description="Documents ingested without part of them (a scanned page of a PDF), and why.",
+    )
+
+    @property
+    def summary(self) -> str:
+        """One line: counts, then what was skipped."""
+        t = self.totals
+        line = (
+            f"{t.documents_ingested} ingested, {t.documents_unchanged} unchanged, "
+            f"{t.documents_failed} failed of {t.documents_total}"
+        )
+        skipped = describe_skipped(self.skipped)
+        return f"{line}; {skipped}" if skipped else line
 
 
 # --- activity contracts -----------------------------------------------------------------------
@@ -80,6 +130,7 @@ class DiscoverInput(Contract):
 class DiscoverOutput(Contract):
     files: list[str]
     failures: list[DocumentFailure]
+    skipped: list[SkippedFiles] = Field(default_factory=list)
 
 
 class StageBatchInput(Contract):
@@ -92,6 +143,9 @@ class StageBatchOutput(Contract):
     staged: list[DocumentVersion]
     unchanged: list[str]
     failures: list[DocumentFailure]
+    notes: list[DocumentFailure] = Field(
+        default_factory=list, description="Staged documents the parser kept only part of."
+    )
 
 
 class DocumentsInput(Contract):

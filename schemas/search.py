@@ -123,6 +123,11 @@ class Passage(Contract):
     score: float
     char_start: int
     char_end: int
+    location: str = Field(
+        default="",
+        max_length=200,
+        description="Where a person finds it in the document: `page 3`, `slide 2`, `rows 5-12`.",
+    )
 
 
 class HydrateOutput(Contract):

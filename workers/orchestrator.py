@@ -36,6 +36,7 @@ from ragkit.embedding import Embedder
 from ragkit.index.factory import bm25_encoder
 from ragkit.index.reads import IndexReader
 from ragkit.logs import setup_logging
+from ragkit.parsing.isolation import IsolatedParser, ParseLimits, Parser
 from ragkit.settings import Settings
 from ragkit.temporal import connect
 from workers.common import (
@@ -76,6 +77,16 @@ LIVE_WORKFLOWS = [SearchWorkflow, AnswerWorkflow, ConversationWorkflow]
 log = logging.getLogger(__name__)
 
 
+def isolated_parser(settings: Settings) -> IsolatedParser:
+    """Documents parsed in child processes under the settings' limits (and failpoints, when a
+    fault run sets them)."""
+    ingest = settings.ingest
+    limits = ParseLimits(
+        ingest.parse_cpu_seconds, ingest.parse_memory_mb, ingest.parse_timeout_seconds
+    )
+    return IsolatedParser(limits, failpoints_file=settings.worker.failpoints_file)
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -85,14 +96,17 @@ def build_worker(
     executor: ThreadPoolExecutor,
     task_queue: str | None = None,
     live: bool = False,
+    parser: Parser | None = None,
 ) -> Worker:
-    """The bulk worker, or with `live` the live one (live flows and their local activities)."""
+    """The bulk worker, or with `live` the live one (live flows and their local activities).
+    `parser` reads documents (default: child processes under the settings' limits)."""
     documents = DocumentActivities(
         sessions,
         embedder.tokenizer,
         chunk_tokens=settings.ingest.chunk_tokens,
         chunk_overlap=settings.ingest.chunk_overlap,
         max_document_bytes=settings.ingest.max_document_bytes,
+        parser=parser or isolated_parser(settings),
     )
     cache = AnswerCacheActivities(sessions)
     costs = CostActivities(sessions)
@@ -160,10 +174,11 @@ def build_workers(
     reader: IndexReader,
     executor: ThreadPoolExecutor,
     live_executor: ThreadPoolExecutor,
+    parser: Parser | None = None,
 ) -> list[Worker]:
     """The bulk and the live worker of one orchestrator process, each with its own threads."""
     return [
-        build_worker(client, settings, sessions, embedder, reader, executor),
+        build_worker(client, settings, sessions, embedder, reader, executor, parser=parser),
         build_worker(client, settings, sessions, embedder, reader, live_executor, live=True),
     ]
 

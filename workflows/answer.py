@@ -457,6 +457,7 @@ class AnswerWorkflow:
                 heading_path=context.by_id[key].heading_path,
                 char_start=context.by_id[key].char_start,
                 char_end=context.by_id[key].char_end,
+                location=context.by_id[key].location,
             )
             for key in keys
         ]

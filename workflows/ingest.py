@@ -26,11 +26,14 @@ with workflow.unsafe.imports_passed_through():
         DocumentsInput,
         IngestCarry,
         IngestProgress,
+        IngestRequest,
         IngestResult,
         IngestTotals,
         IngestWorkflowInput,
+        SkippedFiles,
         StageBatchInput,
         StageBatchOutput,
+        describe_skipped,
     )
     from workflows.calls import call, describe, is_permanent_config_error
 
@@ -45,6 +48,8 @@ class IngestWorkflow:
         self._totals = IngestTotals()
         self._failures: list[DocumentFailure] = []
         self._degradations: list[str] = []
+        self._skipped: list[SkippedFiles] = []
+        self._notes: list[DocumentFailure] = []
 
     @workflow.query
     def progress(self, tenant: str) -> IngestProgress:
@@ -62,23 +67,11 @@ class IngestWorkflow:
             self._totals = wf_input.carry.totals.model_copy()
             self._failures = list(wf_input.carry.failures)
             self._degradations = list(wf_input.carry.degradations)
+            self._skipped = list(wf_input.carry.skipped)
+            self._notes = list(wf_input.carry.notes)
         else:
-            self._stage = "discovering"
-            found = await call(
-                DocumentActivities.discover_files,
-                DiscoverInput(paths=request.paths),
-                summary=f"discover files under {len(request.paths)} path(s)",
-            )
-            files = found.files
+            files = await self._discover(request)
             first_batch = 0
-            self._failures = list(found.failures)
-            size = request.batch_documents
-            self._totals = IngestTotals(
-                documents_total=len(files) + len(found.failures),
-                documents_done=len(found.failures),
-                documents_failed=len(found.failures),
-                batches_total=(len(files) + size - 1) // size,
-            )
 
         size = request.batch_documents
         batches = [files[i : i + size] for i in range(0, len(files), size)]
@@ -116,16 +109,49 @@ class IngestWorkflow:
                         totals=self._totals,
                         failures=self._failures,
                         degradations=self._degradations,
+                        skipped=self._skipped,
+                        notes=self._notes,
                     ),
                 )
             )
         self._stage = "done"
-        return IngestResult(
+        result = IngestResult(
             tenant=request.tenant,
             totals=self._totals,
             failures=self._failures,
             degradations=self._degradations,
+            skipped=self._skipped,
+            notes=self._notes,
         )
+        workflow.set_current_details(f"done: {result.summary}")
+        return result
+
+    async def _discover(self, request: IngestRequest) -> list[str]:
+        """The files to read; failures and what the walk left out are recorded on the way."""
+        self._stage = "discovering"
+        found = await call(
+            DocumentActivities.discover_files,
+            DiscoverInput(paths=request.paths),
+            summary=f"discover files under {len(request.paths)} path(s)",
+        )
+        self._failures = list(found.failures)
+        self._skipped = list(found.skipped)
+        size = request.batch_documents
+        self._totals = IngestTotals(
+            documents_total=len(found.files) + len(found.failures),
+            documents_done=len(found.failures),
+            documents_failed=len(found.failures),
+            batches_total=(len(found.files) + size - 1) // size,
+        )
+        # What the UI shows beside the run while it works, and after.
+        workflow.set_current_details(
+            "; ".join(
+                part
+                for part in (f"{len(found.files)} file(s) to read", describe_skipped(found.skipped))
+                if part
+            )
+        )
+        return found.files
 
     async def _stage_batch(
         self, tenant: str, number: int, count: int, files: list[str]
@@ -144,6 +170,7 @@ class IngestWorkflow:
             self._totals.documents_done += len(files)
             return None
         self._failures.extend(staged.failures)
+        self._notes.extend(staged.notes)
         self._totals.documents_failed += len(staged.failures)
         self._totals.documents_unchanged += len(staged.unchanged)
         self._totals.documents_done += len(staged.failures) + len(staged.unchanged)

@@ -13,11 +13,23 @@ from temporalio.exceptions import ApplicationError
 from durable_rag.client import IdempotencyConflict, RagClient, failure_cause
 from gateway.deps import AppSettings, Rag, Tenant
 from gateway.errors import http_error
-from ragkit import policies
+from ragkit import parsing, policies
 from schemas.documents import DocumentDeleted
 from schemas.gateway import DocumentAccepted, DocumentBody
 
 router = APIRouter()
+# What POST /v1/documents takes as JSON text; the other formats come as uploads.
+TEXT_TYPES = {"markdown", "text", "html", "csv", "tsv"}
+
+
+def readable_type(name: str) -> str:
+    """The content type a document of this name is read as; 415 with the reason (and what to
+    convert it to) for a format we do not read, before anything is stored or started."""
+    try:
+        return parsing.content_type_for(name)
+    except parsing.DocumentError as exc:
+        raise HTTPException(415, f"{exc.kind}: {exc.message}") from exc
+
 
 IdempotencyKey = Annotated[
     str | None,
@@ -34,6 +46,11 @@ async def post_document(
 ) -> DocumentAccepted:
     """Ingest a document sent as text. The name is its identity: the same name again
     replaces it. With an `Idempotency-Key`, a retried POST starts nothing new."""
+    if readable_type(body.name) not in TEXT_TYPES:
+        raise HTTPException(
+            415,
+            f"{body.name!r} is a binary format: send the file to POST /v1/documents/upload",
+        )
     return await accept_document(
         rag, tenant, body.name, body.text.encode(), idempotency_key, body.metadata
     )
@@ -41,7 +58,13 @@ async def post_document(
 
 @router.post("/v1/documents/upload", response_model=DocumentAccepted, status_code=202)
 async def upload_document(
-    file: Annotated[UploadFile, File(description="A .md, .txt or .html file.")],
+    file: Annotated[
+        UploadFile,
+        File(
+            description="A Markdown, text, HTML, PDF, Word (.docx), PowerPoint (.pptx), Excel "
+            "(.xlsx), CSV or TSV file."
+        ),
+    ],
     tenant: Tenant,
     rag: Rag,
     idempotency_key: IdempotencyKey = None,
@@ -65,6 +88,7 @@ async def upload_document(
         raise HTTPException(422, str(exc)) from exc
     if not data:
         raise HTTPException(422, "the uploaded file is empty")
+    readable_type(checked.name)
     return await accept_document(rag, tenant, checked.name, data, idempotency_key, checked.metadata)
 
 

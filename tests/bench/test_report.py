@@ -172,3 +172,23 @@ def test_render_has_the_machine_every_section_and_the_recorded_runs() -> None:
     assert "| answer (client) | generate dispatch | 100 | 4.00 | 9.00 |" in text  # the hops
     assert "- serve-c1-0: HTTP 429" in text
     assert "How to read: the rows." in text and "| answer | 0 100 |" in text
+
+
+def test_intake_figures_are_summarised_by_their_worst_format_against_the_targets() -> None:
+    from bench.report import intake_summary
+
+    figures = {
+        "today": {"html": {"words": 0.79, "headings": 0.55, "cells": 0.7, "phrases": None}},
+        "new": {
+            "html": {"words": 0.999, "headings": 0.98, "cells": 1.0, "phrases": 1.0},
+            "xlsx": {"words": 0.96, "headings": 0.96, "cells": 0.97, "phrases": 0.9},
+            "all": {"words": 0.5, "headings": 0.5, "cells": 0.5, "phrases": 0.5},
+        },
+    }
+    rows = {r["figure"]: r for r in intake_summary({"figures": figures})}
+    words = rows["intake: words recall, worst format (xlsx)"]
+    assert words["durable-rag"] == 0.96 and words["met"] is False
+    headings = rows["intake: headings recall, worst format (xlsx)"]
+    assert headings["met"] is True
+    assert rows["intake: phrases recall, worst format (xlsx)"]["met"] is False
+    assert intake_summary({}) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -151,14 +152,33 @@ def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
         assert "not started" in status.stdout
         with urllib.request.urlopen(f"http://127.0.0.1:{gateway_port}/healthz") as health:
             assert health.status == 200
-        docs = ROOT / "corpus" / "literature"
+        # A shared drive as users keep one: the seven formats, and two files we do not read.
+        docs = tmp_path / "drive"
+        shutil.copytree(ROOT / "corpus" / "literature", docs)
+        for sample in (
+            "history/the-metric-system.docx",
+            "technology/version-control.pptx",
+            "science/highest-mountains.xlsx",
+            "history/printing-press.html",
+        ):
+            shutil.copy(ROOT / "corpus" / sample, docs)
+        (docs / "rivers.csv").write_text("river,sea\nRhine,North Sea\n")
+        (docs / "photo.png").write_bytes(b"\x89PNG")
+        (docs / "minutes.doc").write_bytes(b"\xd0\xcf\x11\xe0")
         ingest = run("ingest", str(docs))
         assert ingest.returncode == 0, ingest.stdout + ingest.stderr
         assert "0 failed" in ingest.stdout
+        assert (
+            "skipped 2 files: 1 .doc (unsupported_type: convert to .docx), "
+            "1 .png (unsupported_type)" in ingest.stdout
+        ), ingest.stdout
         search = run("search", "The tortoise beat the hare in a race", "-k", "2")
         assert search.returncode == 0, search.stdout + search.stderr
         assert "tortoise-and-the-hare" in search.stdout
         assert "score" in search.stdout and "timings:" in search.stdout
+        slide = run("search", "Who wrote Git in April 2005?", "-k", "1")
+        assert "version-control.pptx:" in slide.stdout, slide.stdout
+        assert "Distributed: Git and Mercurial" in slide.stdout and "· slide 4" in slide.stdout
     finally:
         down = run("down")
     assert down.returncode == 0, down.stderr

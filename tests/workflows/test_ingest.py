@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from ragkit import ids
+from ragkit import ids, parsing
 from ragkit.ids import ingest_workflow_id
 from tests.conftest import CORPUS, Database, Stack, running_stack
 
@@ -42,7 +42,9 @@ def build_corpus(target: Path, minimum: int = 50) -> list[Path]:
 
 
 def longest_sentence(path: Path) -> str:
-    text = re.sub(r"<[^>]+>", " ", path.read_text())
+    """The document's longest sentence of prose, as its parser reads it (Office files too)."""
+    doc = parsing.parse(path.read_bytes(), parsing.content_type_for(path.name), path.stem)
+    text = "\n\n".join(doc.text[b.start : b.end] for b in doc.blocks)
     candidates = [
         " ".join(s.split())
         for s in re.split(r"(?<=[.!?])\s+|\n\s*\n", text)
@@ -185,9 +187,10 @@ async def test_bad_documents_get_specific_errors_and_the_rest_is_ingested(
     (folder / "empty.md").write_text("  \n\n")
     (folder / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
     (folder / "huge.txt").write_text("big words " * 2000)
-    (folder / "sheet.xlsx").write_bytes(b"PK\x03\x04 not a spreadsheet we read")
+    (folder / "sheet.xlsx").write_bytes(b"PK\x03\x04 not a workbook at all")
+    (folder / "memo.doc").write_bytes(b"\xd0\xcf\x11\xe0 a Word 97 file")
     (folder / "dangling.md").symlink_to(folder / "does-not-exist.md")
-    explicit = [str(folder / n) for n in ("sheet.xlsx", "dangling.md")]
+    explicit = [str(folder / n) for n in ("memo.doc", "dangling.md")]
 
     async with running_stack(
         client, database, embedder, tmp_path / "data", max_document_bytes=4096
@@ -200,14 +203,105 @@ async def test_bad_documents_get_specific_errors_and_the_rest_is_ingested(
             "empty.md": "empty",
             "latin1.txt": "invalid_utf8",
             "huge.txt": "too_large",
-            "sheet.xlsx": "unsupported_type",
+            "sheet.xlsx": "parse_error",
+            "memo.doc": "unsupported_type",
             "dangling.md": "unreadable",
         }
         for failure in result.failures:
             assert failure.message, failure
+        memo = next(f for f in result.failures if f.source.endswith("memo.doc"))
+        assert "convert to .docx" in memo.message
         assert result.totals.documents_ingested == len(good)
-        assert result.totals.documents_failed == 5
-        assert result.totals.documents_total == result.totals.documents_done == 8
+        assert result.totals.documents_failed == 6
+        assert result.totals.documents_total == result.totals.documents_done == 9
+        # Named, a .doc and a dangling link fail; met in the folder walk, they are skipped, and
+        # the result says so.
+        skipped = {(s.extension, s.kind, s.reason, s.count) for s in result.skipped}
+        assert skipped == {
+            (".doc", "unsupported_type", "convert to .docx", 1),
+            (".md", "unreadable", "not a regular file", 1),
+        }
         assert_index_matches_postgres(stack, "t")
         found = await rag.search("river otters document number 2", tenant="t", top_k=1)
         assert found.passages[0].source == str(good[2].resolve())
+
+
+async def test_a_folder_of_every_format_is_ingested_and_cited_where_a_person_finds_it(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Markdown, text, HTML, PDF, Word, PowerPoint, Excel, CSV and TSV side by side: each one is
+    ingested, a passage says its page, slide or rows, and every file the folder walk leaves out
+    is named, by reason and extension, in the result and in the run's details in the UI."""
+    from temporalio.api.sdk.v1 import WorkflowMetadata
+
+    from tests.ragkit.parsing.samples import deck, docx_file, heading_styles, paragraph, pdf_file
+    from tests.ragkit.parsing.samples import workbook as xlsx
+
+    folder = tmp_path / "shared-drive"
+    (folder / "archive" / ".git").mkdir(parents=True)
+    files = {
+        "notes.md": b"# Notes\n\nThe kettle in room 4 is descaled on Fridays.\n",
+        "readme.txt": b"Readme\n\nThe printer on floor two jams on thick card.\n",
+        "page.html": b"<h1>Menu</h1><table><tr><th>Day</th><th>Soup</th></tr>"
+        b"<tr><td>Monday</td><td>lentil and smoked paprika</td></tr></table>",
+        "paper.pdf": pdf_file(
+            [["Abstract of the paper."], ["Methods", "Zebra finches learn songs from tutors."]],
+            outline=[("Methods", 1)],
+        ),
+        "report.docx": docx_file(
+            paragraph("Findings", "Heading1") + paragraph("Heron colonies doubled since 2019."),
+            styles=heading_styles(1),
+        ),
+        "deck.pptx": deck(
+            [
+                {"title": "Roadmap", "bullets": ["Q1: ship the importer."]},
+                {"title": "Risks", "bullets": ["The quokka mascot licence expires in March."]},
+            ]
+        ),
+        "budget.xlsx": xlsx({"Trips": [["Country", "Budget"], ["Peru", 4200], ["Iceland", 3900]]}),
+        "export.csv": b"city,landmark\nSydney,Opera House with sail-shaped shells\n",
+        "export.tsv": b"river\tlength\nDanube\t2850 km through ten countries\n",
+    }
+    for name, data in files.items():
+        (folder / "archive" / name).write_bytes(data)
+    (folder / "photo.png").write_bytes(b"\x89PNG")
+    (folder / "archive" / "talk.ppt").write_bytes(b"\xd0\xcf\x11\xe0")
+    (folder / "archive" / ".git" / "config").write_text("[core]\n")
+
+    rag = await stack.rag()
+    result = await rag.ingest([str(folder)], tenant="drive")
+    assert result.failures == []
+    assert result.totals.documents_ingested == len(files)
+    said = {(s.kind, s.extension, s.reason, s.count) for s in result.skipped}
+    assert said == {
+        ("unsupported_type", ".png", "", 1),
+        ("unsupported_type", ".ppt", "convert to .pptx", 1),
+        ("hidden", "", "", 1),
+    }
+    assert result.summary.endswith(
+        "skipped 3 files: 1 (hidden), 1 .png (unsupported_type), "
+        "1 .ppt (unsupported_type: convert to .pptx)"
+    )
+    run = stack.client.get_workflow_handle(
+        ids.ingest_workflow_id(rag.ingest_request([str(folder)], "drive"))
+    )
+    details = await run.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert details.current_details == f"done: {result.summary}"
+
+    for question, name, location, heading in [
+        ("When does the quokka mascot licence expire?", "deck.pptx", "slide 2", "Risks"),
+        ("What is the trip budget for Peru?", "budget.xlsx", "rows 1-3", "Trips"),
+        ("How do zebra finches learn songs?", "paper.pdf", "page 2", "Methods"),
+        ("How much have heron colonies grown?", "report.docx", "", "Findings"),
+        ("Which soup is served on Monday?", "page.html", "", "Menu"),
+        ("Where is the Opera House?", "export.csv", "rows 1-2", ""),
+    ]:
+        found = await rag.search(question, tenant="drive", top_k=3)
+        top = found.passages[0]
+        assert (Path(top.source).name, top.location, top.heading_path) == (
+            name,
+            location,
+            heading,
+        ), question
+    sheet = await rag.search("Peru budget", tenant="drive", top_k=1)
+    assert "Country: Peru | Budget: 4200" in sheet.passages[0].text

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, delete, func, insert, select, text
+from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -197,6 +198,15 @@ class DocumentActivities:
                 )
             except parsing.DocumentError as exc:
                 failures.append(DocumentFailure(source=source, kind=exc.kind, message=exc.message))
+                DOCUMENTS_INGESTED.labels("failed").inc()
+                continue
+            except DataError as exc:
+                # What this one document holds cannot be stored (Postgres refused a value): it
+                # fails alone; a retry would meet the same refusal, and its batch goes on.
+                message = f"the database refused its text: {exc.orig or exc}"[:1_000]
+                failures.append(
+                    DocumentFailure(source=source, kind=parsing.PARSE_ERROR, message=message)
+                )
                 DOCUMENTS_INGESTED.labels("failed").inc()
                 continue
             if outcome is None:

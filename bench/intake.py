@@ -317,10 +317,14 @@ def main() -> None:
         readings["docling"] = read_with_docling(args.docling, paths)
 
     searched: dict[str, dict[str, bool]] = {}
+    ingest_failures: list[str] = []
     if args.search:
         for name, parse in parsers.items():
-            found, _ = asyncio.run(search_phrases(parse, paths, documents, references))
+            found, failed = asyncio.run(search_phrases(parse, paths, documents, references))
             searched[name] = found
+            ingest_failures += [
+                f"{doc}: {name}'s ingest failed it ({kind})" for doc, kind in failed.items()
+            ]
 
     rows: dict[str, dict[str, Row]] = {}
     for name, by_doc in readings.items():
@@ -345,6 +349,8 @@ def main() -> None:
     ]
     if misses:
         print("\nrefused although the reference has text:\n  " + "\n  ".join(misses))
+    if ingest_failures:
+        print("\nfailed by IngestWorkflow:\n  " + "\n  ".join(sorted(ingest_failures)))
     if args.json:
         table_rows = [
             {"format": fmt, "parser": name, **by_format[fmt].cells_of()}
@@ -358,7 +364,13 @@ def main() -> None:
         }
         args.json.write_text(
             json.dumps(
-                {"name": "intake", "rows": table_rows, "figures": figures, "misses": misses},
+                {
+                    "name": "intake",
+                    "rows": table_rows,
+                    "figures": figures,
+                    "misses": misses,
+                    "ingest_failures": ingest_failures,
+                },
                 indent=1,
             )
         )

@@ -21,6 +21,8 @@ a child process with CPU-time and memory limits (isolation.py), so a hostile doc
 from __future__ import annotations
 
 import stat
+from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 
 from ragkit.parsing.model import (
@@ -139,44 +141,56 @@ def read_source(path: Path, max_bytes: int) -> bytes:
     return data
 
 
+def _storable(doc: ParsedDocument) -> ParsedDocument:
+    """No NUL anywhere: Postgres text cannot hold one (a PDF's UTF-16 title ends in one). The
+    text keeps its length, so every offset stays true."""
+    if (
+        "\x00" not in doc.text
+        and "\x00" not in doc.title
+        and not any("\x00" in name for block in doc.blocks for name in block.heading_path)
+    ):
+        return doc
+
+    def clean(text: str) -> str:
+        return " ".join(text.replace("\x00", " ").split())
+
+    doc.title = clean(doc.title)
+    doc.text = doc.text.replace("\x00", "\ufffd")
+    doc.headings = [clean(h) for h in doc.headings]
+    doc.blocks = [
+        Block(tuple(clean(h) for h in b.heading_path), b.start, b.end, b.page, b.row)
+        for b in doc.blocks
+    ]
+    return doc
+
+
+# Each content type's parser, imported on first use: a worker that reads only Markdown never
+# loads PDFium or openpyxl.
+_PARSERS = {
+    "markdown": ("ragkit.parsing.markdown", "parse_markdown"),
+    "text": ("ragkit.parsing.text", "parse_text"),
+    "html": ("ragkit.parsing.html", "parse_html"),
+    "pdf": ("ragkit.parsing.pdf", "parse_pdf"),
+    "docx": ("ragkit.parsing.office", "parse_docx"),
+    "pptx": ("ragkit.parsing.office", "parse_pptx"),
+    "xlsx": ("ragkit.parsing.sheets", "parse_xlsx"),
+    "csv": ("ragkit.parsing.sheets", "parse_csv"),
+    "tsv": ("ragkit.parsing.sheets", "parse_tsv"),
+}
+
+
 def parse(data: bytes, content_type: str, fallback_title: str) -> ParsedDocument:
     """Parse bytes of a known content type, in this process. Raises DocumentError."""
     if not data.strip():
         raise DocumentError(EMPTY, "document is empty")
-    if content_type == "markdown":
-        from ragkit.parsing.markdown import parse_markdown
-
-        doc = parse_markdown(data, fallback_title)
-    elif content_type == "text":
-        from ragkit.parsing.text import parse_text
-
-        doc = parse_text(data, fallback_title)
-    elif content_type == "html":
-        from ragkit.parsing.html import parse_html
-
-        doc = parse_html(data, fallback_title)
-    elif content_type == "pdf":
-        from ragkit.parsing.pdf import parse_pdf
-
-        doc = parse_pdf(data, fallback_title)
-    elif content_type == "docx":
-        from ragkit.parsing.office import parse_docx
-
-        doc = parse_docx(data, fallback_title)
-    elif content_type == "pptx":
-        from ragkit.parsing.office import parse_pptx
-
-        doc = parse_pptx(data, fallback_title)
-    elif content_type == "xlsx":
-        from ragkit.parsing.sheets import parse_xlsx
-
-        doc = parse_xlsx(data, fallback_title)
-    elif content_type in ("csv", "tsv"):
-        from ragkit.parsing.sheets import parse_delimited
-
-        doc = parse_delimited(data, fallback_title, content_type)
-    else:
-        raise DocumentError(UNSUPPORTED_TYPE, f"unsupported content type {content_type!r}")
+    try:
+        module, name = _PARSERS[content_type]
+    except KeyError:
+        raise DocumentError(
+            UNSUPPORTED_TYPE, f"unsupported content type {content_type!r}"
+        ) from None
+    reader: Callable[[bytes, str], ParsedDocument] = getattr(import_module(module), name)
+    doc = _storable(reader(data, fallback_title))
     if not doc.blocks or not any(doc.text[b.start : b.end].strip() for b in doc.blocks):
         raise DocumentError(EMPTY, "document has no text")
     return doc

@@ -87,7 +87,7 @@ def parse_pdf(data: bytes, fallback_title: str) -> ParsedDocument:
             pages.append(text)
             textpage.close()
             page.close()
-        meta_title = squash(pdf.get_metadata_value("Title") or "")
+        meta_title = squash((pdf.get_metadata_value("Title") or "").replace("\x00", " "))
         outline = []
         for entry in pdf.get_toc(max_depth=MAX_OUTLINE_DEPTH):
             destination = entry.get_dest()

@@ -172,6 +172,14 @@ def parse_xlsx(data: bytes, fallback_title: str) -> ParsedDocument:
     return out.document(title, "xlsx", headings=names)
 
 
+def parse_csv(data: bytes, fallback_title: str) -> ParsedDocument:
+    return parse_delimited(data, fallback_title, "csv")
+
+
+def parse_tsv(data: bytes, fallback_title: str) -> ParsedDocument:
+    return parse_delimited(data, fallback_title, "tsv")
+
+
 def parse_delimited(data: bytes, fallback_title: str, content_type: str) -> ParsedDocument:
     """CSV (the delimiter sniffed among `,;|` and tab) or TSV (tab)."""
     text = decode(data)

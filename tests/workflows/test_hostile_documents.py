@@ -22,7 +22,14 @@ from temporalio.client import Client
 from ragkit import failpoints, ids
 from ragkit.embedding import Embedder
 from tests.conftest import Database, running_stack
-from tests.ragkit.parsing.samples import deck, docx_file, minimal_pdf, paragraph, workbook
+from tests.ragkit.parsing.samples import (
+    deck,
+    docx_file,
+    minimal_pdf,
+    paragraph,
+    pdf_file,
+    workbook,
+)
 from tests.ragkit.parsing.test_hostile import LAUGHS, docx_bomb
 from tests.workflows.test_ingest import active_chunk_ids, assert_index_matches_postgres
 
@@ -82,6 +89,10 @@ PARSEABLE = {
     # An outline: its headings are its text (refused as empty before).
     "only-headings.md": b"# Gannets\n## Plunge diving\n" * 200,
     "one-line.txt": b"Fort James is a fort in Accra, Ghana.",
+    # Its UTF-16 title ends in a NUL, which Postgres refuses: its whole batch failed before.
+    "nul-title.pdf": pdf_file(
+        [["Avocets sweep their bills through shallow water."]], title="Waders\x00"
+    ),
     # 512 tokens of 2 KB words: its chunk's tsvector passed Postgres' 1 MB limit, and the insert
     # failed the whole batch as stage_failed.
     "long-words.md": b"# "

@@ -11,9 +11,14 @@ from collections.abc import Sequence
 W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 
 
-def pdf_file(pages: Sequence[Sequence[str]], outline: Sequence[tuple[str, int]] = ()) -> bytes:
+def pdf_file(
+    pages: Sequence[Sequence[str]],
+    outline: Sequence[tuple[str, int]] = (),
+    title: str | None = None,
+) -> bytes:
     """A PDF whose pages show these lines (Helvetica), with an outline of (title, page index)
-    entries at one level. No PDF writer ships text support, so it is written by hand."""
+    entries at one level, and a `title` in its information dictionary (UTF-16, as most writers
+    store it). No PDF writer ships text support, so it is written by hand."""
     objects: list[bytes] = []
 
     def add(body: bytes) -> int:
@@ -62,6 +67,10 @@ def pdf_file(pages: Sequence[Sequence[str]], outline: Sequence[tuple[str, int]] 
         )
         outlines = b" /Outlines %d 0 R" % root
     objects[catalog - 1] = b"<< /Type /Catalog /Pages %d 0 R%s >>" % (pages_ref, outlines)
+    info = b""
+    if title is not None:
+        encoded = ("\ufeff" + title).encode("utf-16-be").hex().upper().encode()
+        info = b" /Info %d 0 R" % add(b"<< /Title <%s> >>" % encoded)
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -70,9 +79,10 @@ def pdf_file(pages: Sequence[Sequence[str]], outline: Sequence[tuple[str, int]] 
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+    out += b"trailer\n<< /Size %d /Root %d 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (
         len(objects) + 1,
         catalog,
+        info,
         xref,
     )
     return bytes(out)

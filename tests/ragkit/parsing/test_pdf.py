@@ -58,6 +58,14 @@ def test_chunks_cite_the_pages_they_span() -> None:
     assert chunks[-1].location in ("page 3", "pages 2-3")
 
 
+def test_the_title_comes_from_the_documents_information_without_a_nul() -> None:
+    """Writers store the title in UTF-16, some with a NUL at its end: Postgres refuses a NUL in
+    text, and once it failed every document of the batch (stage_failed)."""
+    doc = parsing.parse(pdf_file([["Body."]], title="Field Notes\x00"), "pdf", "fallback")
+    assert doc.title == "Field Notes"
+    assert parsing.parse(pdf_file([["Body."]], title="Otters"), "pdf", "f").title == "Otters"
+
+
 def test_a_scan_without_a_text_layer_is_refused_as_such() -> None:
     with pytest.raises(DocumentError) as info:
         parsing.parse(image_only_pdf(3), "pdf", "scan")

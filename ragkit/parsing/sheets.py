@@ -11,12 +11,14 @@ its rows are their cells, `France | Paris`.
 
 from __future__ import annotations
 
+import calendar
 import csv
 import datetime as dt
 import io
 import re
 import zipfile
 from collections.abc import Iterable, Sequence
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from ragkit.parsing.archive import open_office_zip
@@ -27,9 +29,15 @@ from ragkit.parsing.text import TextBuilder, decode, row_text, squash
 MAX_FIELD_CHARS = 8 * 1024 * 1024
 
 
-# A number format's first section, as digits: `0.00%`, `#,##0.00`, `00000`. Dates keep ISO 8601
-# (unambiguous to a reader and a search), and other formats (currencies, fractions) the number.
+# A number format's first section, as digits: `0.00%`, `#,##0.00`, `00000`. Other formats
+# (currencies, fractions) show the number.
 _NUMBER_FORMAT = re.compile(r"^([#,0]*)(?:\.([0#]+))?(%?)$")
+# A date format's pieces: quoted text, escaped characters, codes in brackets (colours, locales),
+# the date and time codes, and any other character, shown as it is.
+_DATE_PARTS = re.compile(
+    r'"[^"]*"|\\.|\[[^\]]*\]|[_*].|am/pm|a/p|y{3,4}|y{1,2}|m{1,5}|d{1,4}|h{1,2}|s{1,2}|.',
+    re.I,
+)
 
 
 def _formatted(value: float, number_format: str) -> str | None:
@@ -39,17 +47,81 @@ def _formatted(value: float, number_format: str) -> str | None:
         return None
     whole, decimals, percent = match.groups()
     places = len(decimals or "")
+    # Excel keeps 15 significant digits: 4.89290024005183E+17 shows as 489290024005183000.
+    shown = Decimal(f"{value * 100 if percent else value:.15g}").quantize(
+        Decimal(1).scaleb(-places),
+        rounding=ROUND_HALF_UP,  # Excel rounds halves up
+    )
     if percent:
-        return f"{value * 100:.{places}f}%"
+        return f"{shown:.{places}f}%"
     grouped = "," if "," in whole else ""
-    if not places and not grouped and whole.count("0") > 1 and float(value).is_integer():
-        return f"{int(value):0{whole.count('0')}d}"  # zero-padded codes: 00042
-    return f"{value:{grouped}.{places}f}"
+    if not places and not grouped and whole.count("0") > 1 and shown == shown.to_integral_value():
+        return f"{int(shown):0{whole.count('0')}d}"  # zero-padded codes: 00042
+    return f"{shown:{grouped}.{places}f}"
+
+
+def _date_formatted(value: dt.date | dt.time, number_format: str) -> str | None:
+    """A date or time as Excel shows it in its cell's format (`d-mmm-yyyy`: `29-Mar-1940`), or
+    None for a format without date codes. Month and day names are English."""
+    parts = _DATE_PARTS.findall(number_format.split(";", 1)[0])
+    codes = [p.lower() for p in parts if p[:1].lower() in "ymdhs" or p.lower() in ("am/pm", "a/p")]
+    if not codes:
+        return None
+    moment = value if isinstance(value, dt.datetime) else None
+    # A time in a date format is a serial under 1: a time on day 0, 1899-12-30 (openpyxl's epoch).
+    day = value if isinstance(value, dt.date) else dt.date(1899, 12, 30)
+    clock = moment.time() if moment else (value if isinstance(value, dt.time) else dt.time())
+    twelve = any(c in ("am/pm", "a/p") for c in codes)
+    shown: list[str] = []
+    for i, part in enumerate(parts):
+        code = part.lower()
+        before = [p.lower() for p in parts[:i] if p[:1].lower() in "ymdhs"]
+        after = [p.lower() for p in parts[i + 1 :] if p[:1].lower() in "ymdhs"]
+        if part.startswith('"'):
+            shown.append(part[1:-1])
+        elif part.startswith("\\"):
+            shown.append(part[1:])
+        elif part.startswith(("[", "_", "*")):
+            continue  # a colour, a locale, padding
+        elif code[0] == "y":
+            shown.append(f"{day.year:04d}" if len(code) > 2 else f"{day.year % 100:02d}")
+        elif (
+            code[0] == "m"
+            and len(code) <= 2
+            and ((before and before[-1][0] == "h") or (after and after[0][0] == "s"))
+        ):
+            shown.append(f"{clock.minute:0{len(code)}d}")
+        elif code[0] == "m":
+            names = (calendar.month_abbr, calendar.month_name, calendar.month_name)
+            shown.append(
+                f"{day.month:0{len(code)}d}"
+                if len(code) <= 2
+                else names[len(code) - 3][day.month][: 1 if len(code) == 5 else None]
+            )
+        elif code[0] == "d":
+            weekday = (calendar.day_abbr, calendar.day_name)
+            shown.append(
+                f"{day.day:0{len(code)}d}"
+                if len(code) <= 2
+                else weekday[len(code) - 3][day.weekday()]
+            )
+        elif code[0] == "h":
+            hour = (clock.hour % 12 or 12) if twelve else clock.hour
+            shown.append(f"{hour:0{len(code)}d}")
+        elif code[0] == "s":
+            shown.append(f"{clock.second:0{len(code)}d}")
+        elif code in ("am/pm", "a/p"):
+            half = "AM" if clock.hour < 12 else "PM"
+            shown.append(half if code == "am/pm" else half[0])
+        else:
+            shown.append(part)
+    return "".join(shown).strip() or None
 
 
 def cell_text(value: Any, number_format: str = "") -> str:
-    """A cell's value as a person reads it in the sheet: numbers in the cell's number format
-    (decimals, percent, thousands, zero padding), dates in ISO 8601."""
+    """A cell's value as a person reads it in the sheet: numbers and dates in the cell's number
+    format (decimals, percent, thousands, zero padding; `dd/mm/yy`, `d-mmm-yyyy`), dates in ISO
+    8601 where the format says nothing of them."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -62,6 +134,10 @@ def cell_text(value: Any, number_format: str = "") -> str:
         if value.is_integer() and abs(value) < 1e15:
             return str(int(value))
         return f"{value:.15g}"
+    if isinstance(value, dt.date | dt.time) and number_format not in ("", "General"):
+        shown = _date_formatted(value, number_format)
+        if shown is not None:
+            return shown
     if isinstance(value, dt.datetime):
         return value.date().isoformat() if value.time() == dt.time() else value.isoformat(" ")
     if isinstance(value, dt.date | dt.time):

@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM := false
 # vLLM leaves sockets and compiled kernels in these; keep them inside the checkout.
 export VLLM_CACHE_ROOT := $(CURDIR)/.data/vllm-cache
 
-.PHONY: venv demo test test-fast lint typecheck up down status bench serving faults soak eval images clean
+.PHONY: venv demo test test-fast test-full test-gpu lint typecheck up down status bench serving faults soak eval images clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,11 @@ demo: venv
 	@echo
 	@echo "Stop everything with: $(BIN)/durable-rag down"
 
+# The tiers (README, Development): unit and workflow need nothing started; integration shares the
+# session's services and a scripted engine; e2e is what only real processes show, on the one real
+# vLLM engine of the run. `full` tests (the 60-case generated gate, scale-out, every
+# scripted-engine test again on vLLM) run only in test-full. Each run prints its time by module
+# and by tier at the end.
 test: venv
 	./scripts/system-deps.sh
 	$(BIN)/ruff check .
@@ -46,7 +51,19 @@ test: venv
 	$(BIN)/pytest
 
 test-fast: venv
-	$(BIN)/pytest -m "not slow and not gpu"
+	$(BIN)/pytest -m "not integration and not e2e and not full and not gpu" --durations=10
+
+test-full: venv
+	./scripts/system-deps.sh
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/pytest -m "not gpu"
+
+# On a machine with an NVIDIA GPU: CUDA, the embedder and reranker on it against the CPU, GPU metrics.
+test-gpu: venv
+	./scripts/gpu-check.sh
 
 lint: venv
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -126,7 +126,8 @@ class ChatCompletionBody(Contract):
     top_p: float | None = Field(default=None, gt=0, le=1)
     n: int = Field(default=1, ge=1, le=1, description="One choice only.")
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
-    stop: StopSequence | list[StopSequence] | None = Field(default=None, max_length=4)
+    # The four-item cap is on the list only: a single stop string may be up to 64 characters.
+    stop: StopSequence | Annotated[list[StopSequence], Field(max_length=4)] | None = None
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[int, LogitBias] | None = Field(default=None, max_length=300)

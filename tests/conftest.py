@@ -1,7 +1,7 @@
 """Real services for the test suite, started by the tests themselves.
 
-- One embedded Postgres server per session on a free port; each test that needs it gets a fresh,
-  migrated database.
+- One embedded Postgres server per session on a free port (fsync off); each test that needs it
+  gets a fresh database copied from one migrated once per session.
 - One Temporal dev server per session (headless, SQLite file) on free ports.
 - The packaged MiniLM embedder, loaded once.
 If a service cannot start, the fixture fails loudly with the reason: no test is skipped for it.
@@ -46,6 +46,8 @@ from ragkit.llm.models import PACKAGED_SMOLLM2, resolve_generator
 from ragkit.settings import PACKAGED_MINILM, Settings
 from ragkit.temporal import connect
 
+pytest_plugins = ["tests.timing"]
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
 
@@ -57,6 +59,29 @@ def copy_documents(names: list[str], folder: Path) -> Path:
     for name in names:
         shutil.copy(CORPUS / name, folder / Path(name).name)
     return folder
+
+
+# Fixtures that make a test end-to-end wherever it sits: the one real vLLM engine of the run.
+E2E_FIXTURES = frozenset({"engine"})
+# The time-skipping server (tests/workflows/conftest.py): a workflow's logic, activities stood in.
+WORKFLOW_FIXTURES = frozenset({"env"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test gets its tier mark (README, Development): `e2e` where it asks for the real
+    engine or is marked so, `integration` where it needs services, `workflow` where it runs a
+    workflow on the time-skipping server with its activities stood in, `unit` otherwise. So
+    `-m "not e2e"` never loads vLLM, whatever a module forgot to say."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & E2E_FIXTURES and item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("e2e") and not item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.integration)
+        if names & WORKFLOW_FIXTURES and not item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.workflow)
+        if not any(item.get_closest_marker(t) for t in ("integration", "workflow", "e2e")):
+            item.add_marker(pytest.mark.unit)
 
 
 _armed_handler: int | None = None
@@ -91,15 +116,32 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     libc.signal(signal.SIGSEGV, _armed_handler)
 
 
+TEST_POSTGRES_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
+# Migrated once per session; each test's fresh database is a copy of it (CREATE DATABASE ...
+# TEMPLATE), not another run of every migration.
+MIGRATED_TEMPLATE = "t_migrated_template"
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[EmbeddedPostgres]:
     # Outside pytest's temporary root: each new pytest session makes that root 0700, and the
     # server of a session still running (it runs as its own user when we are root) would lose
     # its data directory.
     root = Path(tempfile.mkdtemp(prefix="durable-rag-test-pg-"))
-    server = EmbeddedPostgres(root / "data", free_port())
+    # A test server's data is thrown away: nothing waits on fsync (Postgres' own advice for
+    # throwaway data), and a crash of the machine loses nothing a test needs.
+    server = EmbeddedPostgres(root / "data", free_port(), settings=TEST_POSTGRES_SETTINGS)
     try:
         server.start()
+        server.ensure_database(MIGRATED_TEMPLATE)
+        template = server.url(MIGRATED_TEMPLATE)
+        migrate(template)
+        with psycopg.connect(template.replace("postgresql+psycopg", "postgresql")) as conn:
+            # A template is copied only while nobody is connected to it.
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
         yield server
     finally:
         server.stop()  # also one that started but never became ready
@@ -125,14 +167,36 @@ class Database:
         with psycopg.connect(self.url.replace("postgresql+psycopg", "postgresql")) as conn:
             return conn.execute(sql, params).fetchall()
 
+    def _admin(self, *statements: str) -> None:
+        """Run statements on the server's `postgres` database, this one's connections closed."""
+        self.sessions.kw["bind"].dispose()
+        admin = self.url.replace("postgresql+psycopg", "postgresql").rsplit("/", 1)[0]
+        with psycopg.connect(f"{admin}/postgres", autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (self.name,),
+            )
+            for statement in statements:
+                conn.execute(statement)  # type: ignore[arg-type]
+
+    def copy_to(self, name: str) -> None:
+        """A new database `name` with this one's contents (a template for later copies)."""
+        self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.name}"')
+
+    def replace_with_copy_of(self, name: str) -> None:
+        """This database's contents become a copy of `name`'s (its url and name stay)."""
+        self._admin(
+            f'DROP DATABASE "{self.name}" WITH (FORCE)',
+            f'CREATE DATABASE "{self.name}" TEMPLATE "{name}"',
+        )
+
 
 @contextlib.contextmanager
 def fresh_database(pg_server: EmbeddedPostgres) -> Iterator[Database]:
     """A new, migrated database on the session's Postgres server."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    pg_server.ensure_database(name)
+    pg_server.ensure_database(name, template=MIGRATED_TEMPLATE)
     url = pg_server.url(name)
-    migrate(url)
     db = Database(url, name, make_sessionmaker(url))
     yield db
     db.sessions.kw["bind"].dispose()
@@ -174,6 +238,24 @@ def query_embedder() -> Embedder:
     """The orchestrators' own copy of the model, as in the stack: a query never waits for the
     index worker's embedder, which an ingest may hold."""
     return load_embedder(PACKAGED_MINILM, "cpu", max_length=512, batch_size=32)
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        "scripted",
+        pytest.param("vllm", marks=[pytest.mark.full, pytest.mark.e2e, pytest.mark.integration]),
+    ],
+)
+def llm_engine(request: pytest.FixtureRequest) -> Any:
+    """The engine of a test whose point is not the engine: the scripted one (tests/engines.py)
+    in `make test`, and the session's vLLM engine as well in `make test-full`, so each such test
+    still runs on the real engine before an issue that touches inference is resolved."""
+    if request.param == "vllm":
+        return request.getfixturevalue("engine")
+    from tests.engines import ScriptedEngine
+
+    return ScriptedEngine()
 
 
 @pytest.fixture(scope="session")

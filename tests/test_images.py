@@ -30,7 +30,7 @@ from schemas.answer import Answer
 from schemas.ingest import IngestResult
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
 
 IMAGE = "localhost/durable-rag:cpu"
 BUILD_TIMEOUT = 3600  # a first build installs the lock (~5 GB); later ones reuse its layer

@@ -7,7 +7,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_rag.client import PROMPT_OVERHEAD_TOKENS, RagClient
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine
 from ragkit.store import served_models
 from tests.conftest import Database, make_settings
 from workers import llm as llm_worker
@@ -29,12 +29,12 @@ def test_a_restarted_worker_replaces_what_its_model_announced(database: Database
 
 
 async def test_the_llm_worker_announces_what_its_engine_serves(
-    database: Database, engine: VllmEngine
+    database: Database, llm_engine: LLMEngine
 ) -> None:
     settings = make_settings(database_url=database.url)
-    await llm_worker.announce(settings, engine)
+    await llm_worker.announce(settings, llm_engine)
     lengths = served_models.context_lengths(database.sessions)
-    assert lengths == {engine.model_name: engine.max_model_len}
+    assert lengths == {llm_engine.model_name: llm_engine.max_model_len}
 
 
 async def test_the_budget_is_the_smallest_context_of_the_models_that_may_answer(

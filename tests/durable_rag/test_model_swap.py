@@ -14,7 +14,7 @@ from durable_rag import model_swap as models
 from durable_rag.client import DEFAULT_MODEL_TTL_SECONDS, RagClient
 from ragkit import policies
 from ragkit.embedding import Embedder
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine
 from ragkit.store import model_alias
 from schemas.answer import Answer, AskRequest
 from tests.conftest import Database, make_settings, running_stack
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 async def test_a_swap_under_a_query_loop_fails_no_request_and_switches_every_new_answer(
-    client: Client, database: Database, embedder: Embedder, engine: VllmEngine, tmp_path: Path
+    client: Client, database: Database, embedder: Embedder, llm_engine: LLMEngine, tmp_path: Path
 ) -> None:
     old, new = f"old-{uuid.uuid4().hex[:6]}", f"new-{uuid.uuid4().hex[:6]}"
     async with running_stack(
@@ -34,10 +34,10 @@ async def test_a_swap_under_a_query_loop_fails_no_request_and_switches_every_new
         rag = RagClient(client, settings, database.sessions)
         assert await rag.default_model() == old  # no swap yet: the settings' model
         old_worker = llm_worker.build_worker(
-            client, settings, engine, task_queue=policies.llm_queue(old)
+            client, settings, llm_engine, task_queue=policies.llm_queue(old)
         )
         new_worker = llm_worker.build_worker(
-            client, settings, engine, task_queue=policies.llm_queue(new)
+            client, settings, llm_engine, task_queue=policies.llm_queue(new)
         )
         old_running = asyncio.create_task(old_worker.run())
         answers: list[tuple[float, Answer]] = []

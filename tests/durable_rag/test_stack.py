@@ -23,7 +23,7 @@ from ragkit.settings import Settings
 from ragkit.store import model_alias
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
 def stack_settings(data_dir: Path, **extra: object) -> Settings:

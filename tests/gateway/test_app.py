@@ -18,7 +18,7 @@ from durable_rag.client import RagClient
 from gateway.app import create_app
 from ragkit.embedding import Embedder
 from ragkit.ids import conversation_workflow_id
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine
 from ragkit.store import keys, model_alias
 from schemas.conversation import ConversationKey, TurnToCancel
 from tests.conftest import Database, answer_of
@@ -43,11 +43,11 @@ async def gateway(
     client: Client,
     database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     data_dir: Path,
     **overrides: object,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, RagClient]]:
-    async with answering(client, database, embedder, engine, data_dir, **overrides) as (
+    async with answering(client, database, embedder, llm_engine, data_dir, **overrides) as (
         _,
         rag,
         _model,
@@ -76,13 +76,13 @@ async def test_health_needs_no_key_and_everything_else_does(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     gateway_data: Path,
 ) -> None:
     _, key = keys.create_key(module_database.sessions, "t", "test")
     info, revoked = keys.create_key(module_database.sessions, "t", "old")
     assert keys.revoke_key(module_database.sessions, info.prefix) is not None
-    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, _):
+    async with gateway(client, module_database, embedder, llm_engine, gateway_data) as (http, _):
         assert (await http.get("/healthz")).status_code == 200
         ready = await until_ready(http)
         assert ready.json()["ready"] is True
@@ -108,10 +108,10 @@ async def test_readyz_is_false_until_every_worker_polls(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     gateway_data: Path,
 ) -> None:
-    async with gateway(client, module_database, embedder, engine, gateway_data) as (_, rag):
+    async with gateway(client, module_database, embedder, llm_engine, gateway_data) as (_, rag):
         settings = rag.settings.model_copy(update={"llm_served_name": "not-loaded-yet"})
         app = create_app(settings, RagClient(rag.client, settings))
         async with httpx.AsyncClient(
@@ -127,11 +127,11 @@ async def test_readyz_follows_the_active_model_after_a_swap(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     gateway_data: Path,
 ) -> None:
     """A swap points the `default` alias elsewhere: readiness asks for that model's worker."""
-    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, rag):
+    async with gateway(client, module_database, embedder, llm_engine, gateway_data) as (http, rag):
         served = rag.settings.llm.name
         await until_ready(http)
         model_alias.activate(module_database.sessions, "swapped-in", served)
@@ -148,11 +148,11 @@ async def test_bad_input_gets_a_precise_4xx_and_starts_nothing(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     gateway_data: Path,
 ) -> None:
     _, key = keys.create_key(module_database.sessions, "t")
-    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, _):
+    async with gateway(client, module_database, embedder, llm_engine, gateway_data) as (http, _):
         bodies: list[tuple[object, int, str]] = [
             ({}, 422, "question"),
             ({"question": ""}, 422, "question"),
@@ -192,14 +192,14 @@ async def test_answers_and_conversations_stay_within_the_callers_tenant(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     gateway_data: Path,
 ) -> None:
     _, key_t = keys.create_key(module_database.sessions, "t")
     _, key_u = keys.create_key(module_database.sessions, "u")
     request_id = f"req-{uuid.uuid4().hex[:12]}"
     conversation = f"c-{uuid.uuid4().hex[:8]}"
-    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, _):
+    async with gateway(client, module_database, embedder, llm_engine, gateway_data) as (http, _):
         response = await http.post(
             "/v1/ask",
             json={"question": QUESTION, "max_answer_tokens": 32, "top_k": 2},
@@ -252,7 +252,7 @@ async def test_tenants_whose_ids_once_collided_stay_apart_and_a_request_id_is_on
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     gateway_data: Path,
 ) -> None:
     """The holes ids left between tenants, one regression each: `acme` + `corp-x` and
@@ -265,7 +265,7 @@ async def test_tenants_whose_ids_once_collided_stay_apart_and_a_request_id_is_on
     suffix = uuid.uuid4().hex[:8]
     message = {"message": QUESTION, "max_answer_tokens": 8, "top_k": 1}
     a_conversation, b_conversation = f"corp-{suffix}", suffix
-    async with gateway(client, module_database, embedder, engine, gateway_data) as (http, _):
+    async with gateway(client, module_database, embedder, llm_engine, gateway_data) as (http, _):
         # 1. Two conversations, two workflows: both tenants are served.
         for conversation, key in ((a_conversation, key_a), (b_conversation, key_b)):
             sent = await http.post(

@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from ragkit.codec import ENCODING, payloads_in, ui_token
 from ragkit.embedding import Embedder
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine
 from ragkit.store import keys
 from ragkit.temporal import data_converter
 from schemas.answer import Answer
@@ -57,7 +57,7 @@ async def test_histories_hold_only_ciphertext_and_operators_decode_them_with_the
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     codec_data: Path,
 ) -> None:
     k1, k2 = key_entry("k1"), key_entry("k2")
@@ -70,7 +70,7 @@ async def test_histories_hold_only_ciphertext_and_operators_decode_them_with_the
     question = f"Who designed the UTF-8 encoding? ({marker})"
     _, key = keys.create_key(module_database.sessions, "t")
     sealed = sealed_client(client, **security)
-    async with gateway(sealed, module_database, embedder, engine, codec_data, **security) as (
+    async with gateway(sealed, module_database, embedder, llm_engine, codec_data, **security) as (
         http,
         _,
     ):

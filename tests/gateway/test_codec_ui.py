@@ -44,7 +44,7 @@ from tests.gateway.test_app import bearer, gateway
 from tests.gateway.test_codec import key_entry, sealed_client
 from tests.workflows.test_answer import ingest_sample
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
 
 ADMIN = f"admin-{uuid.uuid4().hex}"
 SECURITY: dict[str, Any] = {

@@ -142,6 +142,9 @@ def test_sampling_fields_reach_the_request_and_greedy_is_the_default() -> None:
     assert not given.sampling.is_default
     several, _ = openai_compat.to_ask(body(("user", "q"), stop=["a", "b"]), "t", None, 600)
     assert several.sampling.stop == ["a", "b"]
+    # One string is one stop sequence: the four-item cap is the list's, not a length.
+    word, _ = openai_compat.to_ask(body(("user", "q"), stop="lighthouse"), "t", None, 600)
+    assert word.sampling.stop == ["lighthouse"]
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from durable_rag.stack.temporal import TemporalDevServer
 from gateway.app import create_app
 from gateway.server import serving_here
 from ragkit.embedding import Embedder
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine, VllmEngine
 from ragkit.logs import trace_id_of
 from ragkit.settings import Settings
 from ragkit.store import keys
@@ -59,13 +59,13 @@ async def served(
     client: Client,
     database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     data_dir: Path,
     **overrides: Any,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
     """The stack, an LLM worker and the gateway on uvicorn on a free port, with an HTTP client
     for it: real sockets, so a client that closes its connection is a real disconnect."""
-    async with answering(client, database, embedder, engine, data_dir, **overrides) as (
+    async with answering(client, database, embedder, llm_engine, data_dir, **overrides) as (
         _,
         rag,
         _model,
@@ -116,7 +116,7 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     stream_data: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -124,7 +124,7 @@ async def test_a_streamed_answer_arrives_as_tokens_then_the_answer_with_one_trac
     request_id = f"stream-{uuid.uuid4().hex[:10]}"
     caplog.set_level(logging.INFO)
     async with (
-        served(client, module_database, embedder, engine, stream_data) as (http, _),
+        served(client, module_database, embedder, llm_engine, stream_data) as (http, _),
         http.stream(
             "POST",
             "/v1/ask/stream",
@@ -209,12 +209,12 @@ async def test_feedback_is_one_vote_per_answer_for_its_tenant_only(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     stream_data: Path,
 ) -> None:
     _, key = keys.create_key(module_database.sessions, "t")
     _, other = keys.create_key(module_database.sessions, "someone-else")
-    async with served(client, module_database, embedder, engine, stream_data) as (http, _):
+    async with served(client, module_database, embedder, llm_engine, stream_data) as (http, _):
         answered = await http.post(
             "/v1/ask",
             json={"question": QUESTION, "max_answer_tokens": 8, "top_k": 2},
@@ -246,13 +246,13 @@ async def test_a_conversation_turn_streams_its_tokens_and_is_stored(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     stream_data: Path,
 ) -> None:
     _, key = keys.create_key(module_database.sessions, "t")
     conversation = f"c-{uuid.uuid4().hex[:8]}"
     async with (
-        served(client, module_database, embedder, engine, stream_data) as (http, _),
+        served(client, module_database, embedder, llm_engine, stream_data) as (http, _),
         http.stream(
             "POST",
             f"/v1/conversations/{conversation}/messages/stream",
@@ -307,11 +307,11 @@ async def test_the_official_openai_client_works_streaming_and_not(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     stream_data: Path,
 ) -> None:
     _, key = keys.create_key(module_database.sessions, "t")
-    async with served(client, module_database, embedder, engine, stream_data) as (http, rag):
+    async with served(client, module_database, embedder, llm_engine, stream_data) as (http, rag):
         url = str(http.base_url).rstrip("/")
         oa = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
         listed = [m.id async for m in oa.models.list()]
@@ -377,13 +377,13 @@ async def test_the_official_openai_client_sends_stop_and_the_answer_stops_there(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     stream_data: Path,
 ) -> None:
     """`stop` reaches the engine, plain and streamed; fields the service cannot honour get a
     400 that names them."""
     _, key = keys.create_key(module_database.sessions, "t")
-    async with served(client, module_database, embedder, engine, stream_data) as (http, _):
+    async with served(client, module_database, embedder, llm_engine, stream_data) as (http, _):
         url = str(http.base_url).rstrip("/")
         oa = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
         question = [{"role": "user", "content": QUESTION}]
@@ -441,14 +441,14 @@ async def test_documents_are_ingested_once_per_key_and_deleted_only_by_their_ten
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     stream_data: Path,
 ) -> None:
     _, key_t = keys.create_key(module_database.sessions, "t")
     _, key_u = keys.create_key(module_database.sessions, "u")
     fact = "The Zorblatt refund window is forty-three days from the date of delivery."
     question = "How long is the Zorblatt refund window?"
-    async with served(client, module_database, embedder, engine, stream_data) as (http, rag):
+    async with served(client, module_database, embedder, llm_engine, stream_data) as (http, rag):
         body = {"name": "zorblatt-refunds.md", "text": f"# Refunds\n\n{fact}\n"}
         idem = {"Idempotency-Key": f"k-{uuid.uuid4().hex}"}
         first = await http.post("/v1/documents", json=body, headers=bearer(key_t) | idem)
@@ -507,7 +507,7 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     stream_data: Path,
 ) -> None:
     _, key = keys.create_key(module_database.sessions, "t")
@@ -531,7 +531,7 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
         client,
         module_database,
         embedder,
-        engine,
+        llm_engine,
         stream_data,
         gateway_request_timeout_seconds=240,
         llm_queue_bound=50,
@@ -557,7 +557,7 @@ async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
     temporal_server: TemporalDevServer,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     stream_data: Path,
     tmp_path: Path,
 ) -> None:
@@ -573,7 +573,7 @@ async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
         Settings(temporal_address=temporal_server.address),
         temporal_runtime(f"127.0.0.1:{sdk_port}"),
     )
-    async with served(client, module_database, embedder, engine, stream_data) as (http, _):
+    async with served(client, module_database, embedder, llm_engine, stream_data) as (http, _):
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n"

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from durable_rag.client import RagClient
 from ragkit import ids
 from ragkit.embedding import Embedder
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine
 from ragkit.sources import Source
 from ragkit.store import costs as cost_reports
 from ragkit.store import keys
@@ -110,7 +110,7 @@ async def served(
     client: Any,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     tenancy_data: Path,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, RagClient]]:
     # Every answer is shadowed (the candidate: keyword retrieval), so shadow rows exist to leak.
@@ -118,7 +118,7 @@ async def served(
         client,
         module_database,
         embedder,
-        engine,
+        llm_engine,
         tenancy_data,
         shadow_sample_rate=1.0,
         shadow_retrieval_mode="keyword",

@@ -18,13 +18,13 @@ from ragkit.llm.engine import (
     InvalidSamplingError,
     OpenAIEngine,
     PromptTooLongError,
-    openai_sampling,
 )
 from ragkit.llm.models import PACKAGED_SMOLLM2, resolve_generator
 from ragkit.settings import Settings
 from schemas.answer import Sampling
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# A second vLLM load (the server) for the `openai` backend: `make test-full`.
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.full, pytest.mark.slow]
 
 SERVED = "smol-openai"
 
@@ -132,14 +132,3 @@ async def test_sampling_fields_reach_the_server(server: tuple[int, str]) -> None
     assert cut.finish_reason == "stop"
     with pytest.raises(InvalidSamplingError, match="outside this model's vocabulary"):
         await engine.generate(messages, 4, "req-6", sampling=Sampling(logit_bias={10**8: 1.0}))
-
-
-def test_only_the_sampling_fields_set_are_sent() -> None:
-    assert openai_sampling(Sampling()) == {
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-    }
-    sent = openai_sampling(Sampling(stop=["\n"], seed=3, logit_bias={7: -100}))
-    assert sent["stop"] == ["\n"] and sent["seed"] == 3 and sent["logit_bias"] == {"7": -100.0}

@@ -6,6 +6,7 @@ Acceptance checks 1-5 and 7 of the answer issue.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,12 +23,13 @@ from bench.floor import FloorWorkflow, MinimalWorkflow, command_shape, floor_wor
 from durable_rag.client import RagClient
 from ragkit import policies, prompts
 from ragkit.embedding import Embedder
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine, VllmEngine
 from ragkit.rerank import PACKAGED_RERANKER, load_reranker
 from ragkit.settings import Settings
 from ragkit.store import costs
 from schemas.answer import Answer, AskRequest
 from tests.conftest import Database, Stack, copy_documents, running_stack
+from tests.engines import ScriptedEngine
 from tests.workflows.test_ingest import save_history
 from workers import llm as llm_worker
 from workers.common import worker_interceptors
@@ -56,7 +58,7 @@ async def answering(
     client: Client,
     database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     data_dir: Path,
     llm_queue_name: str | None = None,
     **overrides: Any,
@@ -65,7 +67,7 @@ async def answering(
     model = llm_queue_name or f"smol-{uuid.uuid4().hex[:8]}"
     async with running_stack(client, database, embedder, data_dir, **overrides) as stack:
         worker = llm_worker.build_worker(
-            client, stack.settings, engine, task_queue=policies.llm_queue(model)
+            client, stack.settings, llm_engine, task_queue=policies.llm_queue(model)
         )
         async with worker:
             settings = stack.settings.model_copy(update={"llm_served_name": model})
@@ -95,13 +97,30 @@ async def ingest_sample(
     tmp_path_factory: pytest.TempPathFactory,
     tenant: str = "t",
 ) -> Path:
-    """Ingest DOCUMENTS for a tenant into a fresh data folder; returns the folder (its index)."""
-    corpus = copy_documents(DOCUMENTS, tmp_path_factory.mktemp("sample-corpus"))
+    """DOCUMENTS ingested for a tenant into `database` and a fresh data folder; returns the
+    folder (its index). The first call of the session ingests for real and keeps a copy of both;
+    later calls get the copy (the database from a template, the folder copied): the same
+    documents, chunks and points, without a stack and MiniLM each time."""
     data_dir = tmp_path_factory.mktemp("sample-data")
+    if tenant in _SAMPLES:
+        template, index = _SAMPLES[tenant]
+        database.replace_with_copy_of(template)
+        shutil.copytree(index, data_dir, dirs_exist_ok=True)
+        return data_dir
+    corpus = copy_documents(DOCUMENTS, tmp_path_factory.mktemp("sample-corpus"))
     async with running_stack(client, database, embedder, data_dir) as stack:
         result = await (await stack.rag()).ingest([str(corpus)], tenant=tenant)
         assert not result.failures
+    template = f"t_sample_{tenant}_{uuid.uuid4().hex[:6]}"
+    database.copy_to(template)
+    index = tmp_path_factory.mktemp("sample-index")
+    shutil.copytree(data_dir, index, dirs_exist_ok=True)
+    _SAMPLES[tenant] = (template, index)
     return data_dir
+
+
+# tenant -> (the database to copy, the data folder to copy): the session's ingested sample.
+_SAMPLES: dict[str, tuple[str, Path]] = {}
 
 
 def cited_files(answer: Answer) -> set[str]:
@@ -155,13 +174,17 @@ async def test_the_benchmarks_floor_issues_the_commands_an_answer_issues(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     ingested: Path,
 ) -> None:
     """bench/serving.py reads row 1 against FloorWorkflow: it must ask Temporal for what an answer
     asks, in the same workflow tasks, or the floor measures another shape. MinimalWorkflow is the
     answer less every step that could be merged: retrieval, then generate."""
-    async with answering(client, module_database, embedder, engine, ingested) as (stack, rag, _):
+    async with answering(client, module_database, embedder, llm_engine, ingested) as (
+        stack,
+        rag,
+        _,
+    ):
         answer = await rag.ask(AskRequest(tenant="t", question=QUESTION, max_answer_tokens=4))
         events = (await client.get_workflow_handle(answer.trace_id).fetch_history()).events
         queues = (f"floor-{uuid.uuid4().hex[:8]}", f"floor-llm-{uuid.uuid4().hex[:8]}")
@@ -188,7 +211,7 @@ async def test_the_router_sends_each_class_of_question_to_its_models_queue(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     ingested: Path,
 ) -> None:
     """R27: two LLM workers (small and large queues, one engine behind both here); each class of
@@ -209,7 +232,7 @@ async def test_the_router_sends_each_class_of_question_to_its_models_queue(
         client,
         module_database,
         embedder,
-        engine,
+        llm_engine,
         ingested,
         llm_queue_name=small,
         router_small_model=small,
@@ -218,7 +241,7 @@ async def test_the_router_sends_each_class_of_question_to_its_models_queue(
         router_min_confidence=0.3,
     ) as (stack, rag, _):
         large_worker = llm_worker.build_worker(
-            client, stack.settings, engine, task_queue=policies.llm_queue(large)
+            client, stack.settings, llm_engine, task_queue=policies.llm_queue(large)
         )
         async with large_worker:
             answers = [
@@ -244,7 +267,7 @@ async def test_a_shadow_run_never_changes_the_answer_and_both_outputs_are_record
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     ingested: Path,
 ) -> None:
     """R28: the same question with shadow off and on gets the same answer; the live answer
@@ -252,7 +275,7 @@ async def test_a_shadow_run_never_changes_the_answer_and_both_outputs_are_record
     candidate runs and both outputs are recorded side by side."""
     candidate = f"cand-{uuid.uuid4().hex[:6]}"
     request = AskRequest(tenant="t", question=QUESTION, max_answer_tokens=12, top_k=2)
-    async with answering(client, module_database, embedder, engine, ingested) as (
+    async with answering(client, module_database, embedder, llm_engine, ingested) as (
         stack,
         rag,
         model,
@@ -272,7 +295,7 @@ async def test_a_shadow_run_never_changes_the_answer_and_both_outputs_are_record
         shadow = client.get_workflow_handle(f"shadow-{on.trace_id}", result_type=Answer)
         assert (await shadow.describe()).status == WorkflowExecutionStatus.RUNNING
         candidate_worker = llm_worker.build_worker(
-            client, stack.settings, engine, task_queue=policies.llm_queue(candidate)
+            client, stack.settings, llm_engine, task_queue=policies.llm_queue(candidate)
         )
         async with candidate_worker:
             shadowed = await shadow.result()
@@ -308,14 +331,14 @@ async def test_vector_index_down_keyword_search_answers(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     ingested: Path,
 ) -> None:
     async with answering(
         client,
         module_database,
         embedder,
-        engine,
+        llm_engine,
         ingested,
         with_index_worker=False,  # nobody serves the index's read socket: the vector path fails
         activity_policies={"search_vectors": {"schedule_to_close_seconds": 2}},
@@ -333,14 +356,14 @@ async def test_keyword_search_failing_vector_search_answers(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     ingested: Path,
 ) -> None:
     module_database.execute("ALTER TABLE chunks RENAME COLUMN tsv TO tsv_broken")
     try:
         # Postgres ranks the keywords (BM25 in the index would not notice its failure).
         async with answering(
-            client, module_database, embedder, engine, ingested, retrieval_keyword="ts_rank"
+            client, module_database, embedder, llm_engine, ingested, retrieval_keyword="ts_rank"
         ) as (_, rag, _m):
             answer = await rag.ask(
                 AskRequest(tenant="t", question=QUESTION, max_answer_tokens=32, top_k=2)
@@ -356,14 +379,14 @@ async def test_primary_llm_down_the_fallback_model_then_a_cached_answer_then_a_d
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     ingested: Path,
 ) -> None:
     async with answering(
         client,
         module_database,
         embedder,
-        engine,
+        llm_engine,
         ingested,
         activity_policies={"generate": {"schedule_to_start_seconds": 2}},
     ) as (_stack, rag, model):
@@ -400,13 +423,29 @@ async def test_primary_llm_down_the_fallback_model_then_a_cached_answer_then_a_d
         assert unseen.citations, "the default reply still points at the passages found"
 
 
+@pytest.fixture(
+    params=[
+        "scripted",
+        pytest.param("vllm", marks=[pytest.mark.e2e]),
+    ]
+)
+def generating_engine(request: pytest.FixtureRequest) -> LLMEngine:
+    """The real engine (cancellation must reach vLLM) and, in the integration tier, the scripted
+    one generating as slowly as a busy CPU: a worker that stops aborting fails both."""
+    if request.param == "vllm":
+        engine: LLMEngine = request.getfixturevalue("engine")
+        return engine
+    return ScriptedEngine(lambda _: "An essay on text encodings. " * 60, seconds_per_token=0.05)
+
+
 async def test_cancelling_an_answer_stops_generation_in_the_engine_within_a_second(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    generating_engine: LLMEngine,
     ingested: Path,
 ) -> None:
+    engine = generating_engine
     async with answering(client, module_database, embedder, engine, ingested) as (_, rag, _m):
         handle = await rag.start_ask(
             AskRequest(
@@ -434,11 +473,15 @@ async def test_the_optional_llm_rewrite_runs_on_the_model_queue_and_falls_back_t
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     ingested: Path,
 ) -> None:
     question = "Could you tell me who designed the UTF-8 encoding?"
-    async with answering(client, module_database, embedder, engine, ingested) as (_, rag, model):
+    async with answering(client, module_database, embedder, llm_engine, ingested) as (
+        _,
+        rag,
+        model,
+    ):
         rag.settings = rag.settings.model_copy(update={"query_rewrite_model": model})
         request = AskRequest(tenant="t", question=question, max_answer_tokens=16, top_k=2)
         handle = await rag.start_ask(request)
@@ -465,10 +508,10 @@ async def test_an_over_long_question_is_rejected_before_generation(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     ingested: Path,
 ) -> None:
-    async with answering(client, module_database, embedder, engine, ingested) as (_, rag, _m):
+    async with answering(client, module_database, embedder, llm_engine, ingested) as (_, rag, _m):
         question = "Why is the sky blue? " * 380  # ~7,600 characters
         handle = await rag.start_ask(
             AskRequest(tenant="t", question=question, max_answer_tokens=64)
@@ -490,18 +533,18 @@ async def test_rerank_orders_the_context_by_the_rerankers_scores(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     ingested: Path,
 ) -> None:
     reranker = load_reranker(PACKAGED_RERANKER, Settings().data_dir.resolve(), "cpu")
     request = AskRequest(tenant="t", question=QUESTION, max_answer_tokens=8, top_k=5)
-    async with answering(client, module_database, embedder, engine, ingested) as (_, rag, _m):
+    async with answering(client, module_database, embedder, llm_engine, ingested) as (_, rag, _m):
         fused = await rag.ask(request)
     async with answering(
         client,
         module_database,
         embedder,
-        engine,
+        llm_engine,
         ingested,
         reranker=reranker,
         reranker_model=PACKAGED_RERANKER,
@@ -521,15 +564,3 @@ async def test_rerank_orders_the_context_by_the_rerankers_scores(
     assert [c.chunk_id for c in reranked.context] != [c.chunk_id for c in fused.context], (
         "the reranker's scores differ from retrieval's, so the order must change"
     )
-
-
-def test_requests_are_validated_before_anything_starts() -> None:
-    with pytest.raises(ValueError):
-        AskRequest(question="")
-    with pytest.raises(ValueError):
-        AskRequest(question="x", top_k=0)
-    with pytest.raises(ValueError):
-        AskRequest(question="x", model="Not A Valid Name!")
-    rag = RagClient(None, Settings(llm_max_answer_tokens=100))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="over the limit"):
-        rag.answer_plan(max_answer_tokens=200, top_k=5)

@@ -11,7 +11,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from temporalio import activity, workflow
+from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -19,10 +19,11 @@ from temporalio.worker import Worker
 from activities.answer_cache import AnswerCacheActivities
 from ragkit import policies
 from schemas.answer import StoreAnswerInput
+from tests.workflows.standins import stand_in
 from workflows.calls import best_effort, call
 
 
-@activity.defn(name="store_answer")
+@stand_in(AnswerCacheActivities.store_answer)
 def failing_store(request: StoreAnswerInput) -> None:
     if request.answer == "permanent":
         raise ApplicationError("bad", type=policies.INVALID_INPUT, non_retryable=True)

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from durable_rag.client import RagClient
 from ragkit import ids
 from ragkit.embedding import Embedder
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine
 from ragkit.store import keys
 from schemas.answer import AskRequest
 from schemas.evaluation import EvalCase
@@ -94,7 +94,7 @@ async def test_a_deleted_tenant_is_nowhere_and_the_other_keeps_everything(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     tmp_path: Path,
 ) -> None:
     since = datetime.now(UTC).replace(microsecond=0)
@@ -103,7 +103,11 @@ async def test_a_deleted_tenant_is_nowhere_and_the_other_keeps_everything(
     gone, kept = f"acme-{suffix}", f"acme-{suffix}-corp"
     gone_text, kept_text = f"quokka{suffix}", f"wombat{suffix}"
     data_dir = tmp_path / "data"
-    async with answering(client, module_database, embedder, engine, data_dir) as (stack, rag, _):
+    async with answering(client, module_database, embedder, llm_engine, data_dir) as (
+        stack,
+        rag,
+        _,
+    ):
         for tenant, planted in ((gone, gone_text), (kept, kept_text)):
             result = await rag.ingest([str(corpus(tmp_path / tenant, planted))], tenant=tenant)
             assert not result.failures

@@ -21,7 +21,7 @@ from activities.runs import SEARCH_WORKFLOW, RunActivities
 from durable_rag.client import RagClient
 from ragkit import ids
 from ragkit.embedding import Embedder
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine
 from schemas.answer import AskRequest
 from schemas.documents import DocumentRef
 from schemas.maintenance import DocumentForgotten, ForgetRunsInput, ForgetRunsOutput
@@ -100,13 +100,13 @@ async def test_a_deleted_conversations_text_is_nowhere_in_postgres_or_temporal(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     forget_data: Path,
 ) -> None:
     since = datetime.now(UTC).replace(microsecond=0)
     planted = f"quokka{uuid.uuid4().hex[:10]}"
     conversation = f"forget-{uuid.uuid4().hex[:8]}"
-    async with answering(client, module_database, embedder, engine, forget_data) as (
+    async with answering(client, module_database, embedder, llm_engine, forget_data) as (
         _,
         rag,
         _model,
@@ -139,7 +139,7 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     forget_data: Path,
     tmp_path: Path,
 ) -> None:
@@ -157,7 +157,7 @@ async def test_a_deleted_documents_text_leaves_the_answers_that_read_it(
     )
     question = "What does the lighthouse keeper on Skerry Island keep in a brass box?"
     conversation = f"doc-{uuid.uuid4().hex[:8]}"
-    async with answering(client, module_database, embedder, engine, forget_data) as (
+    async with answering(client, module_database, embedder, llm_engine, forget_data) as (
         _,
         rag,
         _model,
@@ -204,7 +204,7 @@ async def test_an_answer_in_flight_when_its_document_is_deleted_is_forgotten_onc
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     forget_data: Path,
     tmp_path: Path,
 ) -> None:
@@ -218,7 +218,7 @@ async def test_an_answer_in_flight_when_its_document_is_deleted_is_forgotten_onc
         f"The zoo keeper in Antwerp feeds the animal called {planted} at noon every day, and "
         "writes what it ate in a green notebook.\n"
     )
-    async with answering(client, module_database, embedder, engine, forget_data) as (
+    async with answering(client, module_database, embedder, llm_engine, forget_data) as (
         _,
         rag,
         _model,
@@ -250,7 +250,7 @@ async def test_a_late_pass_skips_the_searches_the_first_pass_deleted(
     client: Client,
     module_database: Database,
     embedder: Embedder,
-    engine: VllmEngine,
+    llm_engine: LLMEngine,
     forget_data: Path,
     tmp_path: Path,
 ) -> None:
@@ -264,7 +264,7 @@ async def test_a_late_pass_skips_the_searches_the_first_pass_deleted(
         "The orchard\n\nThe orchard behind the mill in Gdansk grows quinces and medlars, "
         "picked in late October.\n"
     )
-    async with answering(client, module_database, embedder, engine, forget_data) as (
+    async with answering(client, module_database, embedder, llm_engine, forget_data) as (
         _,
         rag,
         _model,

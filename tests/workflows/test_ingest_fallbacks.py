@@ -12,12 +12,13 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.documents import DocumentActivities
+from activities.vector_index import VectorIndexActivities
 from ragkit import policies
 from ragkit.policies import PolicyTable
 from ragkit.settings import Settings
@@ -34,6 +35,7 @@ from schemas.ingest import (
     StageBatchInput,
     StageBatchOutput,
 )
+from tests.workflows.standins import stand_in
 from tests.workflows.test_ingest import save_history
 from workflows.calls import PolicyTableInterceptor
 from workflows.ingest import IngestWorkflow
@@ -55,11 +57,11 @@ class Script:
         if name in self.fail and self.fail[name][0] in sources:
             raise self.fail[name][1]
 
-    @activity.defn(name="discover_files")
+    @stand_in(DocumentActivities.discover_files)
     def discover_files(self, request: DiscoverInput) -> DiscoverOutput:
         return DiscoverOutput(files=FILES, failures=[])
 
-    @activity.defn(name="stage_batch")
+    @stand_in(DocumentActivities.stage_batch)
     def stage_batch(self, request: StageBatchInput) -> StageBatchOutput:
         self._maybe_fail("stage_batch", request.files)
         return StageBatchOutput(
@@ -71,21 +73,21 @@ class Script:
             failures=[],
         )
 
-    @activity.defn(name="index_documents")
+    @stand_in(VectorIndexActivities.index_documents)
     def index_documents(self, request: DocumentsInput) -> IndexDocumentsOutput:
         self._maybe_fail("index_documents", [d.source for d in request.documents])
         return IndexDocumentsOutput(points_upserted=3, passages_embedded=3)
 
-    @activity.defn(name="commit_batch")
+    @stand_in(DocumentActivities.commit_batch)
     def commit_batch(self, request: DocumentsInput) -> CommitOutput:
         self.committed += [d.source for d in request.documents]
         return CommitOutput(committed=request.documents, chunks_active=3 * len(request.documents))
 
-    @activity.defn(name="purge_superseded")
+    @stand_in(VectorIndexActivities.purge_superseded)
     def purge_superseded(self, request: DocumentsInput) -> None:
         self._maybe_fail("purge_superseded", [d.source for d in request.documents])
 
-    @activity.defn(name="discard_pending")
+    @stand_in(DocumentActivities.discard_pending)
     def discard_pending(self, request: DocumentsInput) -> None:
         self.discarded += [d.source for d in request.documents]
 

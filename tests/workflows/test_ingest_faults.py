@@ -27,7 +27,7 @@ from tests.conftest import Database, make_settings, running_stack
 from tests.workflows.test_ingest import active_chunk_ids
 from workflows.ingest import IngestWorkflow
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
 
 DOCUMENTS = 24
 BATCH = 4

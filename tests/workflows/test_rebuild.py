@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 import qdrant_edge as qe
-from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.vector_index import VectorIndexActivities
 from durable_rag.client import RagClient
 from durable_rag.stack.process import Process
 from durable_rag.stack.temporal import TemporalDevServer
@@ -35,6 +35,7 @@ from schemas.rebuild import (
 )
 from tests.conftest import Database, Stack, copy_documents, make_settings, running_stack
 from tests.workflows.conftest import start_time_skipping
+from tests.workflows.standins import stand_in
 from tests.workflows.test_compaction import FIRST, LATER
 from tests.workflows.test_ingest import save_history
 from tests.workflows.test_ingest_faults import worker_env
@@ -166,28 +167,28 @@ class StandIn:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    @activity.defn(name="begin_generation")
+    @stand_in(VectorIndexActivities.begin_generation)
     async def begin_generation(self, request: RebuildInput) -> GenerationRef:
         self.calls.append("begin")
         return GenerationRef(name="chunks-g2", previous="chunks")
 
-    @activity.defn(name="copy_chunks")
+    @stand_in(VectorIndexActivities.copy_chunks)
     async def copy_chunks(self, request: CopyChunksInput) -> CopyChunksOutput:
         self.calls.append("copy")
         return CopyChunksOutput(copied=3, last=uuid.uuid4())
 
-    @activity.defn(name="verify_generation")
+    @stand_in(VectorIndexActivities.verify_generation)
     async def verify_generation(self, request: VerifyInput) -> VerifyOutput:
         self.calls.append("verify")
         return VerifyOutput(
             points_active=3, points_new=3, added=0, removed=0, sample_queries_answered=1
         )
 
-    @activity.defn(name="activate_generation")
+    @stand_in(VectorIndexActivities.activate_generation)
     async def activate_generation(self, request: GenerationNameInput) -> None:
         self.calls.append(f"activate {request.name}")
 
-    @activity.defn(name="drop_generation")
+    @stand_in(VectorIndexActivities.drop_generation)
     async def drop_generation(self, request: GenerationNameInput) -> None:
         self.calls.append(f"drop {request.name}")
 

@@ -16,6 +16,8 @@ from temporalio.worker import Replayer
 
 from workers.orchestrator import WORKFLOWS
 
+pytestmark = pytest.mark.workflow
+
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 

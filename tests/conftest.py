@@ -78,7 +78,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if item.get_closest_marker("e2e") and not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.integration)
-        if names & WORKFLOW_FIXTURES and not item.get_closest_marker("integration"):
+        in_workflows = Path(str(item.fspath)).parent.name == "workflows"
+        if (
+            in_workflows
+            and names & WORKFLOW_FIXTURES
+            and not item.get_closest_marker("integration")
+        ):
             item.add_marker(pytest.mark.workflow)
         if not any(item.get_closest_marker(t) for t in ("integration", "workflow", "e2e")):
             item.add_marker(pytest.mark.unit)

@@ -5,16 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 import tests.workflows.test_calls
 import tests.workflows.test_ingest_fallbacks
 import tests.workflows.test_rebuild  # noqa: F401  (their stand-ins register at import)
 from activities.documents import DocumentActivities
 from schemas.ingest import DiscoverInput, StageBatchInput, StageBatchOutput
 from tests.workflows.standins import STAND_INS, activity_name, contract, stand_in
-
-pytestmark = pytest.mark.workflow
 
 
 def test_every_stand_in_has_the_real_activitys_name_and_types() -> None:

@@ -42,16 +42,23 @@ demo: venv
 # vLLM engine of the run. `full` tests (the 60-case generated gate, scale-out, every
 # scripted-engine test again on vLLM) run only in test-full. Each run prints its time by module
 # and by tier at the end.
+# The unit and workflow tiers share nothing between tests: they run on every CPU (pytest-xdist,
+# a module per worker at a time). The integration and e2e tiers share the session's servers and
+# engine, and their timings, in one process.
+XDIST := -n auto --maxprocesses 4 --dist loadfile
+FAST_TIERS := -m "(unit or workflow) and not full and not gpu" $(XDIST)
+
 test: venv
 	./scripts/system-deps.sh
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest
+	DURABLE_RAG_TEST_TIMES=.data/test-times-fast.json $(BIN)/pytest $(FAST_TIERS)
+	DURABLE_RAG_TEST_TIMES_BEFORE=.data/test-times-fast.json $(BIN)/pytest -m "integration and not full and not gpu"
 
 test-fast: venv
-	$(BIN)/pytest -m "not integration and not e2e and not full and not gpu" --durations=10
+	$(BIN)/pytest $(FAST_TIERS) --durations=10
 
 test-full: venv
 	./scripts/system-deps.sh
@@ -59,7 +66,8 @@ test-full: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -m "not gpu"
+	DURABLE_RAG_TEST_TIMES=.data/test-times-fast.json $(BIN)/pytest -m "(unit or workflow) and not gpu" $(XDIST)
+	DURABLE_RAG_TEST_TIMES_BEFORE=.data/test-times-fast.json $(BIN)/pytest -m "integration and not gpu"
 
 # On a machine with an NVIDIA GPU: CUDA, the embedder and reranker on it against the CPU, GPU metrics.
 test-gpu: venv

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +129,7 @@ class ProcessStack:
         self.postgres.start()
         self.postgres.ensure_database(self.settings.postgres.database)
         migrate(self.settings.postgres.sqlalchemy_url)
-        for kind in WORKER_KINDS:
-            self.start_worker(kind)
+        self.start_workers(WORKER_KINDS)
 
     def close(self) -> None:
         for n in self.gateway_ports:
@@ -151,17 +151,25 @@ class ProcessStack:
         return worker_process(self.data_dir, kind, n)
 
     def start_worker(self, kind: str, n: int = 1) -> None:
-        port = free_port_pair()
-        self.metrics_ports[(kind, n)] = port
-        env = {**self.env, "DURABLE_RAG_METRICS_PORT": str(port)}
-        process = spawn_worker(self.data_dir, kind, env, n, serving=self.serving)
-        wait_worker_ready(
-            process,
-            self.settings.temporal.address,
-            self.settings.temporal.namespace,
-            worker_queue(self.settings, kind),
-            timeout=600 if kind == "llm" else 180,
-        )
+        self.start_workers([kind], n)
+
+    def start_workers(self, kinds: Sequence[str], n: int = 1) -> None:
+        """Start instance `n` of each kind together, then wait until each polls: their imports
+        and model loads overlap (the LLM worker's vLLM load is most of a stack's start)."""
+        started = []
+        for kind in sorted(kinds, key=lambda k: k != "llm"):  # the longest load first
+            port = free_port_pair()
+            self.metrics_ports[(kind, n)] = port
+            env = {**self.env, "DURABLE_RAG_METRICS_PORT": str(port)}
+            started.append((kind, spawn_worker(self.data_dir, kind, env, n, serving=self.serving)))
+        for kind, process in started:
+            wait_worker_ready(
+                process,
+                self.settings.temporal.address,
+                self.settings.temporal.namespace,
+                worker_queue(self.settings, kind),
+                timeout=600 if kind == "llm" else 180,
+            )
 
     def kill_worker(self, kind: str, n: int = 1) -> None:
         """SIGKILL, as a crash or the OOM killer would: no drain, no clean-up."""

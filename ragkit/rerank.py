@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ragkit.embedding import ModelLoadError, resolve_model_path
+from ragkit.embedding import ModelLoadError, resolve_model_path, reuse_trial_batch
 from ragkit.settings import PACKAGED_MINILM
 
 PACKAGED_RERANKER = "packaged:minilm-reranker"
@@ -47,13 +47,17 @@ class Reranker:
     def __init__(self, name: str, model: Any) -> None:
         self.name = name
         self._model = model
+        self._forwards = reuse_trial_batch(model)
         self._lock = threading.Lock()
 
     def score(self, query: str, passages: list[str]) -> list[float]:
         if not passages:
             return []
         with self._lock:
-            scores = self._model.compute_score([(query, p) for p in passages], batch_size=16)
+            try:
+                scores = self._model.compute_score([(query, p) for p in passages], batch_size=16)
+            finally:
+                self._forwards.forget()
         if isinstance(scores, float):
             scores = [scores]
         return [float(s) for s in scores]

@@ -1,7 +1,9 @@
 """The cpu image, built and run here (issue 19): `make images` builds it with podman; the
 orchestrator, index and gateway run as containers of it against the embedded Temporal server and
-Postgres, on the host network, with the LLM worker on the host; a document is ingested and a
-question answered through the containerized gateway; then the containers stop.
+Postgres, on the host network, with the LLM worker on the host (in the test's process, on the
+run's one vLLM engine: the engine is not what this test is about, and a second vLLM costs ~90 s);
+a document is ingested and a question answered through the containerized gateway; then the
+containers stop.
 
 The build is the first step of the test, not a precondition: a machine where the image cannot be
 built fails here with the build's output.
@@ -10,6 +12,7 @@ built fails here with the build's output.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import time
@@ -23,12 +26,15 @@ from temporalio.client import Client
 from bench.stack import ProcessStack, quiet_runtime
 from durable_rag.stack.postgres import migrate
 from durable_rag.stack.process import free_port
+from durable_rag.stack.workers import worker_queue
 from ragkit.db import make_sessionmaker
+from ragkit.llm.engine import VllmEngine
 from ragkit.store import keys
 from ragkit.temporal import connect, queue_has_poller
 from schemas.answer import Answer
 from schemas.ingest import IngestResult
 from tests.conftest import ROOT
+from workers import llm as llm_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
 
@@ -66,14 +72,13 @@ def image() -> str:
 
 @pytest.fixture
 def host_stack() -> Iterator[ProcessStack]:
-    """Temporal, Postgres and the LLM worker on the host, as processes."""
+    """Temporal and Postgres on the host, as processes."""
     stack = ProcessStack("images")
     try:
         stack.temporal.start()
         stack.postgres.start()
         stack.postgres.ensure_database(stack.settings.postgres.database)
         migrate(stack.settings.postgres.sqlalchemy_url)
-        stack.start_worker("llm")
         yield stack
     finally:
         stack.close()
@@ -102,7 +107,7 @@ async def wait_polled(client: Client, queue: str, timeout: float = 300) -> None:
 
 
 async def test_the_containerized_gateway_ingests_a_document_and_answers_from_it(
-    image: str, host_stack: ProcessStack
+    image: str, host_stack: ProcessStack, engine: VllmEngine
 ) -> None:
     stack = host_stack
     data = stack.work / "containers"
@@ -112,6 +117,7 @@ async def test_the_containerized_gateway_ingests_a_document_and_answers_from_it(
     env = container_env(stack, "/data", port)
     tag = uuid.uuid4().hex[:6]
     names = {part: f"durable-rag-test-{tag}-{part}" for part in PARTS}
+    host_workers = contextlib.AsyncExitStack()
     try:
         for command in PARTS.values():
             started = podman(
@@ -120,6 +126,10 @@ async def test_the_containerized_gateway_ingests_a_document_and_answers_from_it(
             )  # fmt: skip
             assert started.returncode == 0, started.stderr
         client = await connect(stack.settings, quiet_runtime())
+        llm = llm_worker.build_worker(
+            client, stack.settings, engine, task_queue=worker_queue(stack.settings, "llm")
+        )
+        await host_workers.enter_async_context(llm)
         await wait_polled(client, stack.settings.temporal.workflow_task_queue)
         await wait_polled(client, stack.settings.temporal.index_task_queue)
         base = f"http://127.0.0.1:{port}"
@@ -179,3 +189,4 @@ async def test_the_containerized_gateway_ingests_a_document_and_answers_from_it(
     finally:
         for name in names.values():
             podman("rm", "--force", name)
+        await host_workers.aclose()

@@ -7,6 +7,10 @@ Temporal servers, the embedder, the vLLM engine) is still charged to the first m
 for it: the table names which module paid for each.
 
 The totals also go to `$DURABLE_RAG_TEST_TIMES` (default `.data/test-times.json`), for comparing runs.
+`make test` runs the unit and workflow tiers first, on every CPU (pytest-xdist), then the rest in
+one process; the second run names the first's file in `$DURABLE_RAG_TEST_TIMES_BEFORE`, so its
+table is the whole suite's. Under xdist a test's tier travels in its report (user_properties),
+since only the workers collect.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ class Timings:
 
     def add(self, report: pytest.TestReport) -> None:
         module = self.module(report.nodeid)
+        properties = dict(report.user_properties)
+        if "tier" in properties:
+            self.note(module, str(properties["tier"]), bool(properties.get("slow")))
         self.seconds[module] += report.duration
         if report.when == "call" or (report.when == "setup" and not report.passed):
             self.tests[module] += 1
@@ -66,6 +73,24 @@ class Timings:
             totals[tier][2] += seconds
         return {t: (int(v[0]), int(v[1]), v[2]) for t, v in totals.items() if v[0]}
 
+    def note(self, module: str, tier: str, slow: bool) -> None:
+        if slow:
+            self.slow.add(module)
+        if TIERS.index(tier) > TIERS.index(self.tier.get(module, "unit")):
+            self.tier[module] = tier
+        else:
+            self.tier.setdefault(module, tier)
+
+    def include(self, path: Path) -> float:
+        """Add an earlier run's modules (its JSON file); returns that run's wall clock."""
+        earlier = json.loads(path.read_text())
+        for row in earlier["modules"]:
+            module = row["module"]
+            self.note(module, row["tier"], row["slow"])
+            self.seconds[module] += row["seconds"]
+            self.tests[module] += row["tests"]
+        return float(earlier["wall_seconds"])
+
 
 _timings = Timings()
 
@@ -73,14 +98,9 @@ _timings = Timings()
 @pytest.hookimpl(trylast=True)  # after conftest's hook has given every test its tier mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        module = Timings.module(item.nodeid)
-        tier = tier_of(item)
-        if item.get_closest_marker("slow") is not None:
-            _timings.slow.add(module)
-        if TIERS.index(tier) > TIERS.index(_timings.tier.get(module, "unit")):
-            _timings.tier[module] = tier
-        else:
-            _timings.tier.setdefault(module, tier)
+        tier, slow = tier_of(item), item.get_closest_marker("slow") is not None
+        _timings.note(Timings.module(item.nodeid), tier, slow)
+        item.user_properties += [("tier", tier), ("slow", slow)]
 
 
 def pytest_runtest_logstart(nodeid: str) -> None:
@@ -104,6 +124,8 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object]):  # type: ignore
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    before = os.environ.get("DURABLE_RAG_TEST_TIMES_BEFORE")
+    earlier_wall = _timings.include(Path(before)) if before and Path(before).exists() else 0.0
     rows = _timings.rows()
     if not rows:
         return
@@ -120,8 +142,11 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         total += seconds
         write(f"{seconds:9.1f}  {tier:<12} {tests:5d}  {modules}")
     write(f"{total:9.1f}  {'all':<12} {sum(r[2] for r in rows):5d}  {len(rows)}")
-    wall = time.monotonic() - _timings.started
-    write(f"wall clock of the session: {wall:.1f} s")
+    wall = time.monotonic() - _timings.started + earlier_wall
+    if earlier_wall:
+        write(f"wall clock: {wall:.1f} s ({earlier_wall:.1f} s of it in the run before, {before})")
+    else:
+        write(f"wall clock of the session: {wall:.1f} s")
     if _timings.session_fixtures:
         write("session fixtures over 1 s (their time is in the module that first asked):")
         for name, text in sorted(_timings.session_fixtures.items()):

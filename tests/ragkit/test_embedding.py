@@ -101,3 +101,53 @@ def test_a_failed_batch_fails_each_query_with_the_encoders_error(embedder: Embed
         embedder._model.encode_queries = encode
     assert seen == ["the encoder is gone"] * 8
     assert calls < 8, "the queries were not batched, so this proves nothing"
+
+
+def _raw(flag_model: object, call: object) -> object:
+    """What FlagEmbedding gives without our TrialBatchReuse: the reference for equality."""
+    wrapper = flag_model.model  # type: ignore[attr-defined]
+    flag_model.model = wrapper.model  # type: ignore[attr-defined]
+    try:
+        return call()  # type: ignore[operator]
+    finally:
+        flag_model.model = wrapper  # type: ignore[attr-defined]
+
+
+def test_the_trial_batch_runs_once_and_vectors_are_unchanged(embedder: Embedder) -> None:
+    """FlagEmbedding runs the longest batch once to probe memory and again as the first batch;
+    the second run is reused, so a call of one batch costs one forward, not two."""
+    wrapper = embedder._forwards
+    few = [f"passage {i} about the {w} of rivers" for i, w in enumerate(["length", "mouth"])]
+    many = [f"passage {i}: " + "word " * (i % 40) for i in range(embedder.batch_size * 2 + 3)]
+    for texts, batches in ((few, 1), (many, 3)):
+        before = wrapper.forwards
+        vectors = embedder.embed_passages(texts)
+        assert wrapper.forwards - before == batches
+        reference = _raw(
+            embedder._model,
+            lambda t=texts: embedder._model.encode_corpus(
+                t, batch_size=embedder.batch_size, max_length=embedder.max_length
+            ),
+        )
+        assert np.array_equal(np.array(vectors, dtype=np.float32), reference)
+    before = wrapper.forwards
+    embedder.embed_query("which river is longest?")
+    assert wrapper.forwards - before == 1
+    assert wrapper._last is None  # nothing of a call stays in memory
+
+
+def test_the_rerankers_trial_batch_runs_once_and_scores_are_unchanged(tmp_path: Path) -> None:
+    from ragkit.rerank import PACKAGED_RERANKER, load_reranker
+
+    reranker = load_reranker(PACKAGED_RERANKER, tmp_path, "cpu")
+    passages = [f"candidate {i} " + "text " * i for i in range(20)]
+    before = reranker._forwards.forwards
+    scores = reranker.score("which candidate?", passages)
+    assert reranker._forwards.forwards - before == 2  # 20 pairs in batches of 16, no trial
+    reference = _raw(
+        reranker._model,
+        lambda: reranker._model.compute_score(
+            [("which candidate?", p) for p in passages], batch_size=16
+        ),
+    )
+    assert scores == [float(s) for s in reference]  # type: ignore[union-attr]

@@ -18,7 +18,7 @@ from tests.workflows.test_ingest import save_history
 
 pytestmark = pytest.mark.integration
 
-BULK_DOCUMENTS = 60
+BULK_DOCUMENTS = 30
 
 
 async def remote_dispatches(client: Client, workflow_id: str) -> int:
@@ -35,7 +35,7 @@ async def test_a_search_during_an_ingest_is_not_degraded_and_crosses_no_task_que
     assert not (await rag.ingest([str(seed)], tenant="t")).failures
     bulk = tmp_path / "bulk"
     bulk.mkdir()
-    # ~180 chunks: the index worker embeds for ~30 s on 2 CPUs, past the searches' forty.
+    # ~90 chunks: the index worker embeds for ~15 s on 2 CPUs, past the searches' twenty.
     for n in range(BULK_DOCUMENTS):
         (bulk / f"log-{n:03d}.md").write_text(
             f"# Ship's log {n}\n\n"
@@ -48,7 +48,7 @@ async def test_a_search_during_an_ingest_is_not_degraded_and_crosses_no_task_que
     handle = await rag.start_ingest(rag.ingest_request([str(bulk)], "t"))
     question = "Where did the Great Fire of London begin?"
     during = []
-    while len(during) < 40:
+    while len(during) < 20:
         found = await rag.search(question, tenant="t", top_k=3)
         if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
             break  # this one may have run after the ingest ended

@@ -30,6 +30,7 @@ RESULTS = ROOT / "bench" / "results"
 # name -> (script, extra arguments)
 BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "ingest": ("bench/ingest.py", []),
+    "embedding": ("bench/embedding.py", []),
     "answer": ("bench/answer.py", []),
     "serving": ("bench/serving.py", []),
     "codec": ("bench/codec.py", []),
@@ -344,6 +345,7 @@ def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any
     ]
     sections = [
         ("ingest", "Ingest: IngestWorkflow against the same steps in a plain loop"),
+        ("embedding", "Encoder calls: FlagEmbedding's trial batch run twice, and once"),
         ("answer", "Answer: AnswerWorkflow against the same steps in a plain async function"),
         ("serving", "Serving: answers, first tokens, search under ingest, concurrent streams"),
         ("codec", "Payload encryption: sealing and opening an answer's payloads"),

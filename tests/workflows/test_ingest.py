@@ -16,7 +16,7 @@ from temporalio.client import Client
 
 from ragkit import ids, parsing
 from ragkit.ids import ingest_workflow_id
-from tests.conftest import CORPUS, Database, Stack, running_stack
+from tests.conftest import CORPUS, Database, Stack, copy_documents, running_stack
 
 pytestmark = pytest.mark.integration
 
@@ -305,3 +305,43 @@ async def test_a_folder_of_every_format_is_ingested_and_cited_where_a_person_fin
         ), question
     sheet = await rag.search("Peru budget", tenant="drive", top_k=1)
     assert "Country: Peru | Budget: 4200" in sheet.passages[0].text
+
+
+def remote_commands(events: list) -> list[str]:  # type: ignore[type-arg]
+    """A run's command shape (bench/floor.py) without its workflow tasks: how the two-stage
+    pipeline's activities group into tasks depends on which finishes first, their order does not."""
+    from bench.floor import command_shape
+
+    return [step for step in command_shape(events) if step != "task"]
+
+
+async def test_the_stand_ins_ask_temporal_for_what_a_real_ingest_asks(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The workflow tier's IngestWorkflow tests (test_ingest_fallbacks.py) run on stand-ins: six
+    files in batches of two, every document new (version 1) or every one changed (version 2).
+    A real ingest of six files in batches of two, first new and then all changed, must issue the
+    same commands in the same order, or those tests prove a path no real ingest takes."""
+    from tests.workflows.test_answer import DOCUMENTS
+    from tests.workflows.test_ingest_fallbacks import FILES, Script, run_stand_in_ingest
+
+    assert len(DOCUMENTS) == len(FILES)
+    rag = await stack.rag()
+    corpus = copy_documents(DOCUMENTS, tmp_path / "six")
+    request = rag.ingest_request([str(corpus)], "shape").model_copy(update={"batch_documents": 2})
+    real = []
+    for version in (1, 2):
+        if version == 2:
+            for path in corpus.iterdir():
+                path.write_text(path.read_text() + "\n\nA line added for the second version.\n")
+        handle = await rag.start_ingest(request)
+        result = await handle.result()
+        assert not result.failures and result.totals.documents_ingested == len(FILES)
+        real.append(remote_commands((await handle.fetch_history()).events))
+
+    for version, shape in zip((1, 2), real, strict=True):
+        _, workflow_id = await run_stand_in_ingest(stack.client, Script(version=version))
+        history = await stack.client.get_workflow_handle(workflow_id).fetch_history()
+        assert remote_commands(history.events) == shape, (version, shape)
+    assert real[1].count("remote:purge_superseded") == 3  # the changed run drops old versions
+    assert "remote:purge_superseded" not in real[0]

@@ -12,7 +12,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from temporalio.client import WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -46,8 +46,11 @@ FILES = [f"/docs/f{i}.md" for i in range(6)]
 class Script:
     """Stand-in activities; `fail` says which activity fails for which source, and how."""
 
-    def __init__(self, fail: dict[str, tuple[str, ApplicationError]] | None = None) -> None:
+    def __init__(
+        self, fail: dict[str, tuple[str, ApplicationError]] | None = None, version: int = 2
+    ) -> None:
         self.fail = fail or {}
+        self.version = version  # 1: a first ingest; 2: every document changed since the last
         self.attempts: Counter[str] = Counter()
         self.discarded: list[str] = []
         self.committed: list[str] = []
@@ -66,7 +69,9 @@ class Script:
         self._maybe_fail("stage_batch", request.files)
         return StageBatchOutput(
             staged=[
-                DocumentVersion(document_id=uuid.uuid5(uuid.NAMESPACE_URL, f), version=2, source=f)
+                DocumentVersion(
+                    document_id=uuid.uuid5(uuid.NAMESPACE_URL, f), version=self.version, source=f
+                )
                 for f in request.files
             ],
             unchanged=[],
@@ -105,18 +110,27 @@ class Script:
 async def run_ingest(
     env: WorkflowEnvironment, script: Script, batches_per_run: int = 50, record: str = ""
 ) -> IngestResult:
+    result, _ = await run_stand_in_ingest(env.client, script, batches_per_run, record)
+    return result
+
+
+async def run_stand_in_ingest(
+    client: Client, script: Script, batches_per_run: int = 50, record: str = ""
+) -> tuple[IngestResult, str]:
+    """IngestWorkflow over the stand-ins: FILES in batches of 2; returns the result and the
+    workflow id (test_ingest.py compares its commands with a real run's)."""
     queue = f"q-{uuid.uuid4().hex[:8]}"
     table = PolicyTable.from_settings(Settings(workflow_task_queue=queue, index_task_queue=queue))
     with ThreadPoolExecutor(4) as executor:
         async with Worker(
-            env.client,
+            client,
             task_queue=queue,
             interceptors=[PolicyTableInterceptor(table)],
             workflows=[IngestWorkflow],
             activities=script.all(),
             activity_executor=executor,
         ):
-            handle = await env.client.start_workflow(
+            handle = await client.start_workflow(
                 IngestWorkflow.run,
                 IngestWorkflowInput(
                     request=IngestRequest(
@@ -130,10 +144,10 @@ async def run_ingest(
                 task_queue=queue,
             )
             try:
-                return await handle.result()
+                return await handle.result(), handle.id
             finally:
                 if record:
-                    await save_history(env.client, handle.id, record)
+                    await save_history(client, handle.id, record)
 
 
 async def test_index_failure_retries_per_policy_then_fails_only_that_batch(

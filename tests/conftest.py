@@ -67,6 +67,17 @@ E2E_FIXTURES = frozenset({"engine"})
 WORKFLOW_FIXTURES = frozenset({"env"})
 
 
+# Under pytest-xdist (make test's first run) a worker takes a whole module at a time, in collection
+# order. The longest modules go first (seconds on 2 CPUs, from tests/timing.py's table), so the
+# workers end together instead of one running the hostile-document suite alone at the end.
+LONGEST_FIRST = (
+    "tests/ragkit/parsing/test_hostile.py",  # ~90 s
+    "tests/cli/test_cli_fuzz.py",  # ~40 s
+    "tests/ragkit/index/test_edge_optimize.py",  # ~35 s
+    "tests/durable_rag/test_client_fuzz.py",  # ~18 s
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test gets its tier mark (README, Development): `e2e` where it asks for the real
     engine or is marked so, `integration` where it needs services, `workflow` where it runs a
@@ -87,6 +98,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.workflow)
         if not any(item.get_closest_marker(t) for t in ("integration", "workflow", "e2e")):
             item.add_marker(pytest.mark.unit)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike: xdist compares them
+        first = {module: rank for rank, module in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: first.get(item.nodeid.split("::", 1)[0], len(first)))
 
 
 _armed_handler: int | None = None

@@ -215,6 +215,12 @@ def _no_progress_bar(iterable: Any, *args: Any, **kwargs: Any) -> Any:
     return iterable
 
 
+def no_progress_bars(module: Any) -> None:
+    """Silence the tqdm bars a FlagEmbedding inference module draws per call."""
+    module.tqdm = _no_progress_bar
+    module.trange = lambda *args, **kwargs: range(*args)
+
+
 def _dense(output: Any) -> Any:
     # BGE-M3 returns a dict of dense, sparse and multi-vector outputs; we index the dense one.
     return output["dense_vecs"] if isinstance(output, dict) else output
@@ -227,8 +233,7 @@ def load_embedder(name: str, device: str, max_length: int, batch_size: int) -> E
 
     # FlagEmbedding draws two progress bars per encode call and overrides TQDM_DISABLE; in a
     # worker's log they are noise.
-    encoder_base.tqdm = _no_progress_bar
-    encoder_base.trange = lambda *args, **kwargs: range(*args)
+    no_progress_bars(encoder_base)
     transformers_logging.disable_progress_bar()
 
     path = resolve_model_path(name)

@@ -65,6 +65,11 @@ class Reranker:
 
 def load_reranker(name: str, data_dir: Path, device: str) -> Reranker:
     from FlagEmbedding import FlagAutoReranker
+    from FlagEmbedding.inference.reranker.encoder_only import base as reranker_base
+
+    from ragkit.embedding import no_progress_bars
+
+    no_progress_bars(reranker_base)  # a bar per call of over 16 pairs, in a worker's log
 
     path = str(ensure_minilm_reranker(data_dir / "models")) if name == PACKAGED_RERANKER else name
     try:

@@ -36,6 +36,7 @@ from durable_rag.stack.process import Process, free_port, port_in_use
 from durable_rag.stack.temporal import TemporalDevServer
 from durable_rag.stack.workers import (
     gateway_process,
+    longest_start_first,
     serving_cpus,
     spawn_worker,
     wait_gateway_ready,
@@ -157,7 +158,7 @@ class ProcessStack:
         """Start instance `n` of each kind together, then wait until each polls: their imports
         and model loads overlap (the LLM worker's vLLM load is most of a stack's start)."""
         started = []
-        for kind in sorted(kinds, key=lambda k: k != "llm"):  # the longest load first
+        for kind in longest_start_first(kinds):
             port = free_port_pair()
             self.metrics_ports[(kind, n)] = port
             env = {**self.env, "DURABLE_RAG_METRICS_PORT": str(port)}

@@ -67,8 +67,7 @@ class Embedder:
         self._forwards = reuse_trial_batch(model)
         self.max_length = max_length
         self.batch_size = batch_size
-        # FlagEmbedding runs one trial batch per encode call (to probe memory) before encoding:
-        # calling it with several batches at once keeps that overhead small.
+        # Passages per encode call, and per heartbeat of an indexing activity.
         self.passages_per_call = batch_size * 8
         self.dimension = int(self._forwards.config.hidden_size)
         self.tokenizer = model.tokenizer
@@ -152,10 +151,8 @@ class TrialBatchReuse:
         self._last: tuple[dict[str, Any], Any] | None = None
 
     def __call__(self, **inputs: Any) -> Any:
-        import torch
-
         last, self._last = self._last, None
-        if last is not None and _same_tensors(last[0], inputs, torch):
+        if last is not None and _same_tensors(last[0], inputs):
             return last[1]
         last = None  # not kept while the next batch runs
         output = self.model(**inputs)
@@ -189,7 +186,9 @@ class TrialBatchReuse:
         return getattr(self.model, name)
 
 
-def _same_tensors(a: dict[str, Any], b: dict[str, Any], torch: Any) -> bool:
+def _same_tensors(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    import torch  # loaded by then; imported here so that OMP_WAIT_POLICY is set before it
+
     if a.keys() != b.keys():
         return False
     for key, value in a.items():

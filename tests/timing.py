@@ -76,10 +76,8 @@ class Timings:
     def note(self, module: str, tier: str, slow: bool) -> None:
         if slow:
             self.slow.add(module)
-        if TIERS.index(tier) > TIERS.index(self.tier.get(module, "unit")):
-            self.tier[module] = tier
-        else:
-            self.tier.setdefault(module, tier)
+        if TIERS.index(tier) >= TIERS.index(self.tier.get(module, "unit")):
+            self.tier[module] = tier  # a module's tier is its most expensive test's
 
     def include(self, path: Path) -> float:
         """Add an earlier run's modules (its JSON file); returns that run's wall clock."""

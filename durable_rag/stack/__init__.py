@@ -28,6 +28,7 @@ from durable_rag.stack.workers import (
     ROOT,
     WORKER_KINDS,
     gateway_process,
+    longest_start_first,
     polled,
     serving_cpus,
     spawn_worker,
@@ -130,7 +131,7 @@ class EmbeddedStack:
             # longest (the LLM worker's vLLM) first. Alone one after another they took ~130 s
             # on 2 CPUs; together ~80 s.
             spawned: list[tuple[str, Process, bool]] = []
-            for kind in sorted(kinds, key=lambda k: k != "llm"):
+            for kind in longest_start_first(kinds):
                 process = worker_process(self.data_dir, kind)
                 started = not process.running()
                 if started:

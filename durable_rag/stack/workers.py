@@ -8,7 +8,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from temporalio.client import Client
@@ -23,6 +23,12 @@ from ragkit.temporal import queue_has_poller
 ROOT = Path(__file__).resolve().parents[2]
 
 WORKER_KINDS = ("orchestrator", "index", "llm")
+
+
+def longest_start_first(kinds: Iterable[str]) -> list[str]:
+    """Kinds in the order to spawn them when they start together: the LLM worker (its vLLM load
+    is most of a stack's start) first."""
+    return sorted(kinds, key=lambda kind: kind != "llm")
 
 
 def _suffix(n: int, sep: str) -> str:

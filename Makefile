@@ -43,10 +43,12 @@ demo: venv
 # scripted-engine test again on vLLM) run only in test-full. Each run prints its time by module
 # and by tier at the end.
 # The unit and workflow tiers share nothing between tests: they run on every CPU (pytest-xdist,
-# a module per worker at a time). The integration and e2e tiers share the session's servers and
-# engine, and their timings, in one process.
+# a module per worker at a time). The integration and e2e tiers run on two workers, each with
+# its own session servers: every module that runs vLLM on one (tests/conftest.py's VLLM_MODULES),
+# the rest on the other, a module at a time.
 XDIST := -n auto --maxprocesses 4 --dist loadfile
 FAST_TIERS := -m "(unit or workflow) and not full and not gpu" $(XDIST)
+SERVICE_XDIST := -n 2 --dist loadscope --no-loadscope-reorder --max-worker-restart 0
 
 test: venv
 	./scripts/system-deps.sh
@@ -55,7 +57,7 @@ test: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	DURABLE_RAG_TEST_TIMES=.data/test-times-fast.json $(BIN)/pytest $(FAST_TIERS)
-	DURABLE_RAG_TEST_TIMES_BEFORE=.data/test-times-fast.json $(BIN)/pytest -m "integration and not full and not gpu"
+	DURABLE_RAG_TEST_TIMES_BEFORE=.data/test-times-fast.json $(BIN)/pytest -m "integration and not full and not gpu" $(SERVICE_XDIST)
 
 test-fast: venv
 	$(BIN)/pytest $(FAST_TIERS) --durations=10
@@ -67,7 +69,7 @@ test-full: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	DURABLE_RAG_TEST_TIMES=.data/test-times-fast.json $(BIN)/pytest -m "(unit or workflow) and not gpu" $(XDIST)
-	DURABLE_RAG_TEST_TIMES_BEFORE=.data/test-times-fast.json $(BIN)/pytest -m "integration and not gpu"
+	DURABLE_RAG_TEST_TIMES_BEFORE=.data/test-times-fast.json $(BIN)/pytest -m "integration and not gpu" $(SERVICE_XDIST)
 
 # On a machine with an NVIDIA GPU: CUDA, the embedder and reranker on it against the CPU, GPU metrics.
 test-gpu: venv

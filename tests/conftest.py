@@ -29,6 +29,7 @@ import psycopg
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
+from xdist.scheduler import LoadScopeScheduling
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
@@ -67,15 +68,78 @@ E2E_FIXTURES = frozenset({"engine"})
 WORKFLOW_FIXTURES = frozenset({"env"})
 
 
-# Under pytest-xdist (make test's first run) a worker takes a whole module at a time, in collection
-# order. The longest modules go first (seconds on 2 CPUs, from tests/timing.py's table), so the
-# workers end together instead of one running the hostile-document suite alone at the end.
+# Under pytest-xdist a worker takes a whole module at a time (make test's first run: --dist
+# loadfile; its second: --dist loadscope, scoped by `scope_of`). The longest go first (seconds on
+# 2 CPUs, from tests/timing.py's table), so the workers end together instead of one running the
+# hostile-document suite alone at the end.
 LONGEST_FIRST = (
     "tests/ragkit/parsing/test_hostile.py",  # ~90 s
     "tests/cli/test_cli_fuzz.py",  # ~40 s
     "tests/ragkit/index/test_edge_optimize.py",  # ~35 s
     "tests/durable_rag/test_client_fuzz.py",  # ~18 s
+    "tests/bench/test_reliability.py",  # ~340 s, the first of the vLLM group: see below
+    "tests/evals/test_retrieval.py",  # ~170 s
+    "tests/gateway/test_app.py",  # ~100 s
+    "tests/workflows/test_rebuild.py",  # ~100 s
+    "tests/workflows/test_ingest.py",  # ~90 s
+    "tests/workflows/test_search.py",  # ~65 s
+    "tests/workflows/test_ingest_faults.py",  # ~60 s
+    "tests/durable_rag/test_stack.py",  # ~55 s
 )
+# The modules that run a real vLLM engine: the session's `engine`, or their own in a process
+# stack. They share one xdist worker: two engines on 2 CPUs would each take twice as long, and
+# the session's takes ~50 s to load. Collection fails if a test asks for `engine` elsewhere.
+VLLM_MODULES = frozenset(
+    {
+        "tests/bench/test_reliability.py",  # a process stack with its own LLM worker
+        "tests/evals/test_answers.py",
+        "tests/gateway/test_codec_ui.py",
+        "tests/gateway/test_overload.py",
+        "tests/gateway/test_streaming.py",
+        "tests/ragkit/test_engine_contract.py",
+        "tests/ragkit/test_openai_engine.py",  # vLLM's OpenAI server, in a process of its own
+        "tests/test_images.py",
+        "tests/workflows/test_answer.py",
+        "tests/workflows/test_conversation.py",
+    }
+)
+VLLM_GROUP = "vllm"
+
+
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def scope_of(nodeid: str) -> str:
+    """A test's xdist scope in make test's second run: its module, or the one vLLM group for
+    the modules above and for the real-engine variants `make test-full` adds (`[vllm]`)."""
+    module = module_of(nodeid)
+    if module in VLLM_MODULES or "[vllm" in nodeid:
+        return VLLM_GROUP
+    return module
+
+
+class ModuleScopes(LoadScopeScheduling):
+    """xdist's loadscope, scoped by `scope_of`: each module's tests (and module fixtures) on one
+    worker, every vLLM test on the same one. The vLLM group goes first (it is the longest)
+    while the other worker takes the remaining modules, longest first. A worker asks for its
+    next scope when two of its tests are left: the vLLM group's last module is short, so
+    little waits behind it."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return scope_of(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") == "loadscope":
+        return ModuleScopes(config, log)
+    return None
+
+
+def run_order(nodeid: str) -> tuple[bool, int]:
+    first = {module: rank for rank, module in enumerate(LONGEST_FIRST)}
+    return scope_of(nodeid) != VLLM_GROUP, first.get(module_of(nodeid), len(first))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -85,6 +149,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     `-m "not e2e"` never loads vLLM, whatever a module forgot to say."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
+        if names & E2E_FIXTURES and module_of(item.nodeid) not in VLLM_MODULES:
+            raise pytest.UsageError(
+                f"{item.nodeid} runs the session's vLLM engine: add its module to "
+                "VLLM_MODULES in tests/conftest.py, so that the engine loads on one worker"
+            )
         if names & E2E_FIXTURES and item.get_closest_marker("e2e") is None:
             item.add_marker(pytest.mark.e2e)
         if item.get_closest_marker("e2e") and not item.get_closest_marker("integration"):
@@ -99,8 +168,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if not any(item.get_closest_marker(t) for t in ("integration", "workflow", "e2e")):
             item.add_marker(pytest.mark.unit)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike: xdist compares them
-        first = {module: rank for rank, module in enumerate(LONGEST_FIRST)}
-        items.sort(key=lambda item: first.get(item.nodeid.split("::", 1)[0], len(first)))
+        items.sort(key=lambda item: run_order(item.nodeid))
 
 
 _armed_handler: int | None = None

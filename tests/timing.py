@@ -20,6 +20,7 @@ import os
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +55,9 @@ class Timings:
         properties = dict(report.user_properties)
         if "tier" in properties:
             self.note(module, str(properties["tier"]), bool(properties.get("slow")))
+        for name, text in properties.items():
+            if name.startswith(SESSION_FIXTURE):  # set up in an xdist worker
+                self.session_fixtures[name.removeprefix(SESSION_FIXTURE)] = str(text)
         self.seconds[module] += report.duration
         if report.when == "call" or (report.when == "setup" and not report.passed):
             self.tests[module] += 1
@@ -91,6 +95,10 @@ class Timings:
 
 
 _timings = Timings()
+SESSION_FIXTURE = "session fixture "
+# Session fixtures set up for the running test, not yet in one of its reports: under xdist only
+# reports reach the controller, which prints the table.
+_unreported: list[tuple[str, str]] = []
 
 
 @pytest.hookimpl(trylast=True)  # after conftest's hook has given every test its tier mark
@@ -116,9 +124,18 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object]):  # type: ignore
     if fixturedef.scope == "session":
         seconds = time.monotonic() - started
         if seconds >= 1.0:
-            _timings.session_fixtures[fixturedef.argname] = (
-                f"{seconds:.1f} s, charged to {Timings.module(_timings.current) or '?'}"
-            )
+            text = f"{seconds:.1f} s, charged to {Timings.module(_timings.current) or '?'}"
+            _timings.session_fixtures[fixturedef.argname] = text
+            worker = os.environ.get("PYTEST_XDIST_WORKER")
+            name = f"{fixturedef.argname} ({worker})" if worker else fixturedef.argname
+            _unreported.append((SESSION_FIXTURE + name, text))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Any:
+    item.user_properties += _unreported
+    _unreported.clear()
+    yield
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]

@@ -86,8 +86,11 @@ async def test_a_minute_of_mixed_load_has_no_failure_and_reports_windows_and_mem
     parts = {"temporal", "postgres", "worker-orchestrator", "worker-index", "worker-llm"}
     assert set(report.windows[0].rss_mb) == parts
     assert all(mb > 10 for mb in report.windows[-1].rss_mb.values()), report.windows[-1].rss_mb
-    # A steady load keeps its tail: the last window's P99 within P99_DRIFT_BOUND x the first's.
-    assert 0 < report.p99_drift < P99_DRIFT_BOUND, [(w.start_s, w.p99_ms) for w in report.windows]
+    # A steady load keeps its tail: for each kind of request, the P99 of those started in the
+    # last window within P99_DRIFT_BOUND x those started in the first. Ingests start every
+    # second; two clients' answers, a few a minute, are compared when one starts in both.
+    assert "ingest" in report.p99_drift_by_kind, report.p99_drift_by_kind
+    assert 0 < report.p99_drift < P99_DRIFT_BOUND, report.p99_drift_by_kind
     # No fault, no fallback: every answer and turn served by the primary path, hybrid retrieval.
     assert report.degraded == 0, (report.degradations, report.examples)
 

@@ -1,10 +1,11 @@
 """bench/soak.py cuts the load into windows over its own time: the drain's stragglers join the
-last window, never a window of their own."""
+last window, never a window of their own; P99 drifts by kind, over the requests started in the
+first and the last window."""
 
 from __future__ import annotations
 
 from bench.load import Outcome
-from bench.soak import _windows
+from bench.soak import SoakReport, _windows, p99_drift_by_kind
 
 
 def test_a_long_drain_joins_the_last_window_instead_of_making_one() -> None:
@@ -16,3 +17,26 @@ def test_a_long_drain_joins_the_last_window_instead_of_making_one() -> None:
     assert [w.start_s for w in windows] == [0.0, 15.0, 30.0, 45.0]
     assert [w.requests for w in windows] == [15, 15, 15, 15]  # 14 steady + the straggler last
     assert windows[-1].p99_ms > 10_000 > windows[0].p99_ms
+
+
+def test_p99_drifts_by_kind_over_requests_started_in_the_first_and_last_window() -> None:
+    """The CI soak that failed at "x28": answers of ~18 s never finish inside the first 15-s
+    window, so counted by completion its P99 was the ingests' (0.8 s) and a later one the
+    answers'. By start and by kind, a steady load drifts x1."""
+    ingests = [Outcome("ingest", started=100.0 + t, seconds=0.5, status="ok") for t in range(60)]
+    answers = [Outcome("answer", started=100.0 + t, seconds=18.0, status="ok") for t in (2, 50)]
+    outcomes = ingests + answers
+    rss = [(100.0, {"temporal": 1024 * 1024})]
+    windows = _windows(outcomes, began=100.0, stopped=160.0, window=15.0, rss=rss)
+    assert windows[0].p99_ms == 500 and windows[-1].p99_ms == 18_000  # by completion: x36
+    report = SoakReport(duration_s=60, window_s=15)
+    report.p99_drift_by_kind = p99_drift_by_kind(outcomes, began=100.0, stopped=160.0, window=15.0)
+    assert report.p99_drift_by_kind == {"answer": 1.0, "ingest": 1.0}
+    assert report.p99_drift == 1.0
+    # A tail that does grow is still caught: the last window's answers take 3 x as long.
+    slower = [*ingests, answers[0], Outcome("answer", started=150.0, seconds=54.0, status="ok")]
+    assert p99_drift_by_kind(slower, 100.0, 160.0, 15.0)["answer"] == 3.0
+    # A kind with nothing started in one of the two windows is not compared.
+    assert "turn" not in p99_drift_by_kind(
+        [*outcomes, Outcome("turn", started=101.0, seconds=5.0, status="ok")], 100.0, 160.0, 15.0
+    )

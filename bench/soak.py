@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import time
@@ -136,7 +137,7 @@ def p99_drift_by_kind(
     for kind in sorted({o.kind for o in first} & {o.kind for o in last}):
         _, before = latency_summary([o for o in first if o.kind == kind])
         _, after = latency_summary([o for o in last if o.kind == kind])
-        if before > 0 and after == after:  # a kind whose every request failed has a NaN P99
+        if before > 0 and not math.isnan(after):  # all failed: a NaN P99, nothing to compare
             drift[kind] = after / before
     return drift
 

@@ -137,9 +137,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return None
 
 
+_RANK = {module: rank for rank, module in enumerate(LONGEST_FIRST)}
+
+
 def run_order(nodeid: str) -> tuple[bool, int]:
-    first = {module: rank for rank, module in enumerate(LONGEST_FIRST)}
-    return scope_of(nodeid) != VLLM_GROUP, first.get(module_of(nodeid), len(first))
+    return scope_of(nodeid) != VLLM_GROUP, _RANK.get(module_of(nodeid), len(_RANK))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -56,7 +56,7 @@ class Timings:
         if "tier" in properties:
             self.note(module, str(properties["tier"]), bool(properties.get("slow")))
         for name, text in properties.items():
-            if name.startswith(SESSION_FIXTURE):  # set up in an xdist worker
+            if name.startswith(SESSION_FIXTURE):  # set up here or in an xdist worker
                 self.session_fixtures[name.removeprefix(SESSION_FIXTURE)] = str(text)
         self.seconds[module] += report.duration
         if report.when == "call" or (report.when == "setup" and not report.passed):
@@ -96,8 +96,9 @@ class Timings:
 
 _timings = Timings()
 SESSION_FIXTURE = "session fixture "
-# Session fixtures set up for the running test, not yet in one of its reports: under xdist only
-# reports reach the controller, which prints the table.
+# Session fixtures set up for the running test, not yet in one of its reports: they reach the
+# table only through reports, the one path that works under xdist too (its workers set them up,
+# its controller prints the table).
 _unreported: list[tuple[str, str]] = []
 
 
@@ -125,10 +126,9 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object]):  # type: ignore
         seconds = time.monotonic() - started
         if seconds >= 1.0:
             text = f"{seconds:.1f} s, charged to {Timings.module(_timings.current) or '?'}"
-            _timings.session_fixtures[fixturedef.argname] = text
             worker = os.environ.get("PYTEST_XDIST_WORKER")
             name = f"{fixturedef.argname} ({worker})" if worker else fixturedef.argname
-            _unreported.append((SESSION_FIXTURE + name, text))
+            _unreported.append((SESSION_FIXTURE + name, text))  # to the table through a report
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -46,6 +46,7 @@ from ragkit.llm.engine import EngineConfig, VllmEngine
 from ragkit.llm.models import PACKAGED_SMOLLM2, resolve_generator
 from ragkit.settings import PACKAGED_MINILM, Settings
 from ragkit.temporal import connect
+from tests import reaper
 
 pytest_plugins = ["tests.timing"]
 
@@ -176,6 +177,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 _armed_handler: int | None = None
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Whatever this process starts dies with it (tests/reaper.py). Not in xdist's controller,
+    which starts no server: its workers each guard their own."""
+    if not session.config.pluginmanager.hasplugin("dsession"):
+        reaper.guard()
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Keep faulthandler first in line for SIGSEGV.
 
@@ -217,6 +225,7 @@ def pg_server() -> Iterator[EmbeddedPostgres]:
     # server of a session still running (it runs as its own user when we are root) would lose
     # its data directory.
     root = Path(tempfile.mkdtemp(prefix="durable-rag-test-pg-"))
+    reaper.remove_when_gone(root)
     # A test server's data is thrown away: nothing waits on fsync (Postgres' own advice for
     # throwaway data), and a crash of the machine loses nothing a test needs.
     server = EmbeddedPostgres(root / "data", free_port(), settings=TEST_POSTGRES_SETTINGS)

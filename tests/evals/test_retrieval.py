@@ -12,6 +12,7 @@ divided by at least 0.1).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -49,12 +50,19 @@ def test_scores_count_ranks() -> None:
 async def evaluated(stack: Stack, set_name: str, tenant: str, folder: Path) -> dict[str, Scores]:
     """The set ingested for `tenant` through IngestWorkflow, then every question asked in each
     retrieval mode through SearchWorkflow."""
-    write_corpus(set_name, folder)
+    count = write_corpus(set_name, folder)
     rag = await stack.rag()
+    began = time.monotonic()
     ingested = await rag.ingest([str(folder)], tenant=tenant)
     assert not ingested.failures
-    results = dict(await evaluate(rag, load_questions(set_name), tenant=tenant))
-    print("\n" + table(results))
+    ingest_s, began = time.monotonic() - began, time.monotonic()
+    questions = load_questions(set_name)
+    results = dict(await evaluate(rag, questions, tenant=tenant))
+    print(
+        f"\n{set_name}: {count} passages ingested in {ingest_s:.1f} s, "
+        f"{len(questions) * len(results)} searches in {time.monotonic() - began:.1f} s\n"
+        + table(results)
+    )
     return results
 
 

@@ -8,18 +8,22 @@ the file for every unterminated `<a`, `</` or `<!--` (lxml, linear, reads those 
 does), and a FIFO that blocked the read forever. Office files are zip archives of XML: a zip
 bomb, a lying size, the billion laughs, an external entity and an encrypted file are each
 refused before any library unpacks or parses them. Time is measured in one run and memory in
-another (tracemalloc slows Python several times over).
+a second, once the first has loaded whatever the parser loads: the second's peak is how far the
+process's resident memory rose over what it held (Linux resets the high-water mark on request),
+C libraries' allocations included. tracemalloc, which counted Python's alone, slowed these parses
+ten times over (54 s of CPU of the 61 s these cases took).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 import gzip
 import io
 import itertools
 import os
 import time
-import tracemalloc
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,7 +59,10 @@ class Hostile:
     kind: str | None  # None: it parses
     says: str  # in the error message; or, when it parses, in the document's text
     seconds: float = 10.0
-    bytes_per_byte: int = 40  # peak Python allocation per byte of input (markdown-it's tokens)
+    bytes_per_byte: int = 40  # peak memory per byte of input (markdown-it's tokens)
+
+
+CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
 def nested_quotes(levels: int) -> bytes:
@@ -229,19 +236,29 @@ HOSTILE = [
 ]  # fmt: skip
 
 
+def _status_bytes(field: str) -> int:
+    """A `VmRSS`-like line of /proc/self/status, in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
 def measured(work: Callable[[], Any]) -> tuple[Any, float, int]:
-    """Run `work`; its result or the exception it raised, wall seconds, peak bytes allocated."""
-    tracemalloc.start()
+    """Run `work`; its result or the exception it raised, wall seconds, and the peak of resident
+    memory over what the process held before, in bytes."""
+    gc.collect()
+    # Freed heap memory still resident would hide new allocations from the peak: hand it back.
+    ctypes.CDLL(None).malloc_trim(0)
+    CLEAR_REFS.write_text("5")  # the high-water mark (VmHWM) starts again from VmRSS
+    before = _status_bytes("VmRSS")
     started = time.perf_counter()
     try:
         outcome: Any = work()
     except Exception as exc:  # the assertions say which ones are allowed
         outcome = exc
-    finally:
-        seconds = time.perf_counter() - started
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return outcome, seconds, peak
+    seconds = time.perf_counter() - started
+    return outcome, seconds, _status_bytes("VmHWM") - before
 
 
 @pytest.mark.parametrize("case", HOSTILE, ids=lambda case: case.name)

@@ -83,6 +83,7 @@ LONGEST_FIRST = (
     "tests/gateway/test_app.py",  # ~100 s
     "tests/workflows/test_rebuild.py",  # ~100 s
     "tests/workflows/test_ingest.py",  # ~90 s
+    "tests/test_images.py",  # ~90 s
     "tests/workflows/test_search.py",  # ~65 s
     "tests/workflows/test_ingest_faults.py",  # ~60 s
     "tests/durable_rag/test_stack.py",  # ~55 s
@@ -99,7 +100,6 @@ VLLM_MODULES = frozenset(
         "tests/gateway/test_streaming.py",
         "tests/ragkit/test_engine_contract.py",
         "tests/ragkit/test_openai_engine.py",  # vLLM's OpenAI server, in a process of its own
-        "tests/test_images.py",
         "tests/workflows/test_answer.py",
         "tests/workflows/test_conversation.py",
     }
@@ -211,6 +211,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     reaper.guard()
     if base := session.config.stash.get(BASETEMP_IN_MEMORY, None):
         reaper.remove_when_gone(base)
+    basetemp = session.config.option.basetemp
+    if basetemp and Path(basetemp).resolve().is_relative_to(TMPFS):
+        # tempfile's folders too (the session's Postgres, a process stack's data): beside
+        # basetemp, which pytest empties when it first hands out a tmp_path.
+        tempfile.tempdir = tempfile.mkdtemp(prefix="durable-rag-scratch-", dir=TMPFS)
+        reaper.remove_when_gone(Path(tempfile.tempdir))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,9 +1,9 @@
 """The cpu image, built and run here (issue 19): `make images` builds it with podman; the
 orchestrator, index and gateway run as containers of it against the embedded Temporal server and
-Postgres, on the host network, with the LLM worker on the host (in the test's process, on the
-run's one vLLM engine: the engine is not what this test is about, and a second vLLM costs ~90 s);
-a document is ingested and a question answered through the containerized gateway; then the
-containers stop.
+Postgres, on the host network, with the LLM worker on the host (in the test's process; the
+engine is not what this test is about, so `make test` runs it on the scripted engine and
+`make test-full` on the run's vLLM engine as well); a document is ingested and a question answered
+through the containerized gateway; then the containers stop.
 
 The build is the first step of the test, not a precondition: a machine where the image cannot be
 built fails here with the build's output.
@@ -28,7 +28,7 @@ from durable_rag.stack.postgres import migrate
 from durable_rag.stack.process import free_port
 from durable_rag.stack.workers import worker_queue
 from ragkit.db import make_sessionmaker
-from ragkit.llm.engine import VllmEngine
+from ragkit.llm.engine import LLMEngine
 from ragkit.store import keys
 from ragkit.temporal import connect, queue_has_poller
 from schemas.answer import Answer
@@ -107,7 +107,7 @@ async def wait_polled(client: Client, queue: str, timeout: float = 300) -> None:
 
 
 async def test_the_containerized_gateway_ingests_a_document_and_answers_from_it(
-    image: str, host_stack: ProcessStack, engine: VllmEngine
+    image: str, host_stack: ProcessStack, llm_engine: LLMEngine
 ) -> None:
     stack = host_stack
     data = stack.work / "containers"
@@ -127,7 +127,7 @@ async def test_the_containerized_gateway_ingests_a_document_and_answers_from_it(
             assert started.returncode == 0, started.stderr
         client = await connect(stack.settings, quiet_runtime())
         llm = llm_worker.build_worker(
-            client, stack.settings, engine, task_queue=worker_queue(stack.settings, "llm")
+            client, stack.settings, llm_engine, task_queue=worker_queue(stack.settings, "llm")
         )
         await host_workers.enter_async_context(llm)
         await wait_polled(client, stack.settings.temporal.workflow_task_queue)

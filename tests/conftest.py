@@ -88,22 +88,34 @@ LONGEST_FIRST = (
     "tests/workflows/test_ingest_faults.py",  # ~60 s
     "tests/durable_rag/test_stack.py",  # ~55 s
 )
-# The modules that run a real vLLM engine: the session's `engine`, or their own in a process
-# stack. They share one xdist worker: two engines on 2 CPUs would each take twice as long, and
-# the session's takes ~50 s to load. Collection fails if a test asks for `engine` elsewhere.
+# What runs a real vLLM engine shares one xdist worker: two engines on 2 CPUs would each take
+# twice as long, and the session's takes ~50 s to load. Whole modules that start vLLM of their
+# own, and the tests that ask for the session's `engine` (by module and name, parameters left
+# out); the scripted tests beside them run on the other worker. The real-engine variants
+# `make test-full` adds (`[vllm]`) join them. Collection fails if a test asks for `engine` and is
+# not listed here.
 VLLM_MODULES = frozenset(
     {
         "tests/bench/test_reliability.py",  # a process stack with its own LLM worker
-        "tests/evals/test_answers.py",
-        "tests/gateway/test_codec_ui.py",
-        "tests/gateway/test_overload.py",
-        "tests/gateway/test_streaming.py",
-        "tests/ragkit/test_engine_contract.py",
         "tests/ragkit/test_openai_engine.py",  # vLLM's OpenAI server, in a process of its own
-        "tests/workflows/test_answer.py",
-        "tests/workflows/test_conversation.py",
     }
 )
+VLLM_TESTS = frozenset(
+    {
+        "tests/evals/test_answers.py::test_the_generated_smoke_set_holds_its_baseline_on_the_real_engine",
+        "tests/evals/test_answers.py::test_the_gate_holds_on_main_and_fails_on_a_five_point_retrieval_regression",
+        "tests/gateway/test_codec_ui.py::test_the_temporal_ui_shows_a_sealed_question_decoded_through_the_codec_endpoint",
+        "tests/gateway/test_overload.py::test_a_client_leaving_a_plain_answer_stops_generation_within_a_second",
+        "tests/gateway/test_overload.py::test_a_client_leaving_a_conversation_turn_stops_it_and_the_record_stays_consistent",
+        "tests/gateway/test_overload.py::test_a_model_at_its_bound_answers_429_with_retry_after_and_starts_no_workflow",
+        "tests/gateway/test_overload.py::test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops",
+        "tests/gateway/test_overload.py::test_a_stream_past_the_start_window_waits_its_turn_or_gets_429_and_starts_nothing",
+        "tests/gateway/test_streaming.py::test_leaving_mid_stream_stops_generation_in_the_engine_within_a_second",
+        "tests/ragkit/test_engine_contract.py::test_the_scripted_engine_counts_prompts_as_vllm_does",
+        "tests/workflows/test_answer.py::test_answer_cites_the_document_it_comes_from",
+        "tests/workflows/test_conversation.py::test_killing_the_orchestrator_mid_turn_loses_no_turn_and_the_reply_arrives",
+    }
+)  # fmt: skip
 VLLM_GROUP = "vllm"
 
 
@@ -113,9 +125,10 @@ def module_of(nodeid: str) -> str:
 
 def scope_of(nodeid: str) -> str:
     """A test's xdist scope in make test's second run: its module, or the one vLLM group for
-    the modules above and for the real-engine variants `make test-full` adds (`[vllm]`)."""
+    the modules and tests above and for the real-engine variants `make test-full` adds
+    (`[vllm]`)."""
     module = module_of(nodeid)
-    if module in VLLM_MODULES or "[vllm" in nodeid:
+    if module in VLLM_MODULES or nodeid.split("[", 1)[0] in VLLM_TESTS or "[vllm" in nodeid:
         return VLLM_GROUP
     return module
 
@@ -152,10 +165,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     `-m "not e2e"` never loads vLLM, whatever a module forgot to say."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if names & E2E_FIXTURES and module_of(item.nodeid) not in VLLM_MODULES:
+        if names & E2E_FIXTURES and scope_of(item.nodeid) != VLLM_GROUP:
             raise pytest.UsageError(
-                f"{item.nodeid} runs the session's vLLM engine: add its module to "
-                "VLLM_MODULES in tests/conftest.py, so that the engine loads on one worker"
+                f"{item.nodeid} runs the session's vLLM engine: add it to VLLM_TESTS in "
+                "tests/conftest.py, so that the engine loads on one worker"
             )
         if names & E2E_FIXTURES and item.get_closest_marker("e2e") is None:
             item.add_marker(pytest.mark.e2e)

@@ -58,15 +58,28 @@ def load_tokenizer(name: str) -> Any:
         ) from exc
 
 
+# Passages per forward on a CPU. FlagEmbedding sorts a call's passages by length and pads each
+# forward's to its longest; a GPU wants wide forwards, but a CPU gains little from width and pays
+# for every padding token. Two at a time encodes a call of 8 mixed-length passages (an ingest
+# batch of short documents) 1.7x faster than 8 or 32 at a time, a call of 64 1.3x faster, and
+# 512-token passages as fast (one thread; the vectors agree within 1e-7).
+CPU_PASSAGES_PER_FORWARD = 2
+
+
 class Embedder:
     """A loaded embedding model. Thread-safe: encodes one call at a time."""
 
-    def __init__(self, name: str, model: Any, max_length: int, batch_size: int) -> None:
+    def __init__(
+        self, name: str, model: Any, max_length: int, batch_size: int, device: str = "cpu"
+    ) -> None:
         self.name = name
         self._model = model
         self._forwards = reuse_trial_batch(model)
         self.max_length = max_length
         self.batch_size = batch_size
+        self.per_forward = (
+            batch_size if device.startswith("cuda") else min(batch_size, CPU_PASSAGES_PER_FORWARD)
+        )
         # Passages per encode call, and per heartbeat of an indexing activity.
         self.passages_per_call = batch_size * 8
         self.dimension = int(self._forwards.config.hidden_size)
@@ -85,7 +98,7 @@ class Embedder:
             try:
                 vectors = _dense(
                     self._model.encode_corpus(
-                        texts, batch_size=self.batch_size, max_length=self.max_length
+                        texts, batch_size=self.per_forward, max_length=self.max_length
                     )
                 )
             finally:
@@ -249,7 +262,7 @@ def load_embedder(name: str, device: str, max_length: int, batch_size: int) -> E
             f"cannot load embedding model {name!r} ({path}): {type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}"
         ) from exc
-    embedder = Embedder(name, model, max_length=max_length, batch_size=batch_size)
+    embedder = Embedder(name, model, max_length=max_length, batch_size=batch_size, device=device)
     log.info("embedding model %s loaded: dimension %d on %s", name, embedder.dimension, device)
     return embedder
 

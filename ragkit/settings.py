@@ -242,8 +242,9 @@ class EmbeddingSettings(BaseModel):
         default=8,
         ge=1,
         le=1_024,
-        description="Passages per encoder call and per heartbeat. On 2 CPU cores 8 encodes 512-token "
-        "passages ~1.5x faster than 32.",
+        description="Passages per forward of the encoder on a GPU (on a CPU, at most 2: less "
+        "padding); 8x this many per encoder call and per heartbeat. On 2 CPU cores 8 encodes "
+        "512-token passages ~1.5x faster than 32.",
     )
     max_length: int = Field(
         default=512, ge=16, le=8_192, description="Token limit passed to the encoder."

@@ -6,7 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragkit.embedding import Embedder, ModelLoadError, load_embedder, load_tokenizer
+from ragkit.embedding import (
+    CPU_PASSAGES_PER_FORWARD,
+    Embedder,
+    ModelLoadError,
+    load_embedder,
+    load_tokenizer,
+)
 from ragkit.index import IndexConfigError, open_index
 from ragkit.settings import Settings
 
@@ -118,7 +124,7 @@ def test_the_trial_batch_runs_once_and_vectors_are_unchanged(embedder: Embedder)
     the second run is reused, so a call of one batch costs one forward, not two."""
     wrapper = embedder._forwards
     few = [f"passage {i} about the {w} of rivers" for i, w in enumerate(["length", "mouth"])]
-    many = [f"passage {i}: " + "word " * (i % 40) for i in range(embedder.batch_size * 2 + 3)]
+    many = [f"passage {i}: " + "word " * (i % 40) for i in range(embedder.per_forward * 2 + 1)]
     for texts, batches in ((few, 1), (many, 3)):
         before = wrapper.forwards
         vectors = embedder.embed_passages(texts)
@@ -126,7 +132,7 @@ def test_the_trial_batch_runs_once_and_vectors_are_unchanged(embedder: Embedder)
         reference = _raw(
             embedder._model,
             lambda t=texts: embedder._model.encode_corpus(
-                t, batch_size=embedder.batch_size, max_length=embedder.max_length
+                t, batch_size=embedder.per_forward, max_length=embedder.max_length
             ),
         )
         assert np.array_equal(np.array(vectors, dtype=np.float32), reference)
@@ -134,6 +140,21 @@ def test_the_trial_batch_runs_once_and_vectors_are_unchanged(embedder: Embedder)
     embedder.embed_query("which river is longest?")
     assert wrapper.forwards - before == 1
     assert wrapper._last is None  # nothing of a call stays in memory
+
+
+def test_on_a_cpu_passages_go_two_per_forward_and_embed_as_in_one(embedder: Embedder) -> None:
+    """Less padding, the same vectors: a call's passages of mixed lengths, two per forward, embed
+    as one forward of all of them does."""
+    assert embedder.batch_size == 32 and embedder.per_forward == CPU_PASSAGES_PER_FORWARD == 2
+    texts = [f"passage {i}: " + "word " * (i * 37 % 200) for i in range(8)]
+    before = embedder._forwards.forwards
+    vectors = np.array(embedder.embed_passages(texts))
+    assert embedder._forwards.forwards - before == 4
+    wide = _raw(
+        embedder._model,
+        lambda: embedder._model.encode_corpus(texts, batch_size=32, max_length=512),
+    )
+    assert np.abs(vectors - wide).max() < 1e-5
 
 
 def test_the_rerankers_trial_batch_runs_once_and_scores_are_unchanged(tmp_path: Path) -> None:

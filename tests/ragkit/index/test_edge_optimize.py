@@ -9,6 +9,8 @@ import contextlib
 import mmap
 import os
 import resource
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from ragkit.index import IndexFilter, IndexUnavailableError
 from ragkit.index.edge import CURRENT, EdgeIndex, _build_split, _copy_tree, _remove_tree
 from ragkit.index.reads import ActiveReader, ReadClient, ReadServer
 from ragkit.policies import PolicyTable
+from tests.conftest import ROOT
 from tests.ragkit.index.test_contract import DIM, point, vec
 from tests.ragkit.index.test_reads import MODEL, OneGeneration
 
@@ -71,11 +74,26 @@ def start_optimize(index: EdgeIndex) -> tuple[threading.Thread, list[BaseExcepti
 
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[EdgeIndex]:
-    index = open_edge(tmp_path / "edge")
-    for start in range(0, POINTS, 500):
-        index.upsert([point(i) for i in range(start, start + 500)])
+    index = filled(tmp_path / "edge")
     yield index
     index.close()
+
+
+def filled(path: Path) -> EdgeIndex:
+    index = open_edge(path)
+    for start in range(0, POINTS, 500):
+        index.upsert([point(i) for i in range(start, start + 500)])
+    return index
+
+
+@pytest.fixture
+def on_disk() -> Iterator[Path]:
+    """A folder on the repository's disk: the run's temporary folders may be in memory
+    (tests/conftest.py), where no page can be dropped from the cache."""
+    (ROOT / ".data").mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="test-on-disk-", dir=ROOT / ".data"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_searches_through_the_read_socket_are_not_degraded_while_an_optimize_runs(
@@ -249,10 +267,11 @@ def evict(folder: Path) -> int:
     return faults
 
 
-def test_a_shard_opened_from_disk_is_read_ahead_into_the_page_cache(index: EdgeIndex) -> None:
+def test_a_shard_opened_from_disk_is_read_ahead_into_the_page_cache(on_disk: Path) -> None:
     """After a restart the shard's pages are not cached: the open asks the kernel to read them
     ahead, so the first searches do not fault them in one at a time (without it: ~100 faults
     that needed a disk read in these 200 searches)."""
+    index = filled(on_disk / "edge")
     index.optimize()
     path = index.path
     index.close()

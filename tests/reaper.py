@@ -58,6 +58,8 @@ def remove_when_gone(path: Path) -> None:
         f.write(f"{path}\n")
 
 
+# durable_rag.stack.process.pid_alive says the same; the watchdog does not import it: this module
+# stays stdlib-only so that the watchdog starts in milliseconds, not the ~2 s the package takes.
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -179,11 +179,13 @@ class ProcessStack:
     def gateway(self, n: int) -> Process:
         return gateway_process(self.data_dir, n)
 
-    def start_gateway(self, n: int = 1) -> str:
-        """Start gateway instance `n` on a free port; returns its base URL once /healthz answers."""
+    def start_gateway(self, n: int = 1, **overrides: Any) -> str:
+        """Start gateway instance `n` on a free port, with settings of its own if given; returns
+        its base URL once /healthz answers."""
         process = self.gateway(n)
         port = free_port()
         env = {**self.env, "DURABLE_RAG_GATEWAY_PORT": str(port)}
+        env.update({f"DURABLE_RAG_{k.upper()}": str(v) for k, v in overrides.items()})
         process.spawn([sys.executable, "-m", "gateway"], env=env, cwd=ROOT, cpus=self.serving)
         self.gateway_ports[n] = port
         wait_gateway_ready(process, port)

@@ -2,14 +2,19 @@
 conversation endpoints share.
 
 Errors come out as the caller sees them: a bad request is a 422, a reused request id a 409,
-a model with no room for one more generation a 429 with Retry-After (nothing started), as is a
-stream that got no turn in its model's start window within the access timeout, no
+a request that would finish after the latency target a 429 with Retry-After (nothing started),
+as is a stream that got no turn in its model's start window within the access timeout, no
 answer within the access timeout a 504 (and the run is cancelled), no token stream a 503.
 A client that leaves gets its run cancelled; its request is logged and counted as 499.
+
+The access timeout counts from the request's arrival (gateway/middleware.py): the time in the
+endpoint's dependencies, in admission, in the start window and in the workflow's start is spent
+from it (`Deadline`).
 """
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import uuid
@@ -24,9 +29,11 @@ from temporalio.service import RPCError
 
 from durable_rag.client import IdempotencyConflict, RagClient
 from gateway.errors import http_error, stream_error
-from gateway.streams import in_background, text_events
+from gateway.middleware import mark
+from gateway.streams import Deadline, in_background, text_events
 from ragkit.admission import Admission, Overloaded, Ticket
-from ragkit.metrics import ANSWER_TIMEOUTS, GATEWAY_REJECTED
+from ragkit.metrics import ANSWER_TIMEOUTS, GATEWAY_BACKLOG, GATEWAY_REJECTED
+from ragkit.retrieval import estimate_tokens
 from ragkit.settings import Settings
 from ragkit.streaming import TokenListener
 from schemas.answer import Answer, AskRequest
@@ -43,44 +50,65 @@ class ClientLeft(Exception):
     """The client disconnected before its request was done."""
 
 
+def deadline_of(request: Request, settings: Settings) -> Deadline:
+    """The request's access timeout, from its arrival."""
+    return Deadline.after(settings.access_timeout_seconds, getattr(request.state, "arrived", None))
+
+
+def prompt_tokens(*texts: str) -> int:
+    """The prompt tokens a request brings of its own (question, history), as admission counts
+    them; the retrieved context is in each request's fixed cost."""
+    return sum(estimate_tokens(text) for text in texts if text)
+
+
 async def admit(
-    request: Request, admission: Admission, rag: RagClient, model: str | None, tokens: int
+    request: Request,
+    admission: Admission,
+    rag: RagClient,
+    model: str | None,
+    tokens: int,
+    prompt: int = 0,
 ) -> Ticket:
-    """A ticket for one live generation of up to `tokens` answer tokens of `model` (None: the
-    default model), or 429 with Retry-After when the model has as much work in flight as can
-    finish within the P99 target."""
+    """A ticket for one live request of `model` (None: the default model) that brings `prompt`
+    tokens of its own and answers in up to `tokens`; or 429 with Retry-After when it would finish
+    after the latency target (ragkit/admission.py)."""
     chosen = model or await rag.default_model()
+    label = model_label(chosen, model, rag.settings)
     try:
-        return admission.admit(chosen, tokens)
+        ticket = admission.admit(chosen, tokens, prompt)
     except Overloaded as exc:
+        mark(request.state, "admit")
         route = getattr(request.scope.get("route"), "path", None) or "unmatched"
-        GATEWAY_REJECTED.labels(route, model_label(chosen, model, rag.settings)).inc()
+        GATEWAY_REJECTED.labels(route, label).inc()
         log.warning("refused %s: %s", route, exc)
         raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from exc
+    mark(request.state, "admit")
+    # Read at each scrape, so it falls as tickets are released.
+    GATEWAY_BACKLOG.labels(label).set_function(functools.partial(admission.backlog, chosen))
+    return ticket
 
 
-async def take_turn(request: Request, ticket: Ticket, settings: Settings) -> float:
+async def take_turn(request: Request, ticket: Ticket, deadline: Deadline) -> None:
     """Wait for the ticket's place in its model's start window (ragkit/admission.py): streamed
-    requests reach the engine in arrival order, a batch at a time. Returns the seconds left of
-    the access timeout; 429 with Retry-After when no place came within it (nothing was
-    started, the ticket is released)."""
-    timeout = settings.access_timeout_seconds
-    loop = asyncio.get_running_loop()
-    began = loop.time()
+    requests reach the engine in arrival order, a batch at a time. 429 with Retry-After when no
+    place came by the deadline (nothing was started, the ticket is released)."""
     try:
-        await asyncio.wait_for(ticket.take_turn(), timeout)
+        await asyncio.wait_for(ticket.take_turn(), deadline.left())
     except TimeoutError as exc:
         ticket.release()
         route = getattr(request.scope.get("route"), "path", None) or "unmatched"
-        GATEWAY_REJECTED.labels(route, model_label(ticket.model, None, settings)).inc()
+        GATEWAY_REJECTED.labels(
+            route, model_label(ticket.model, None, request.app.state.settings)
+        ).inc()
         retry = ticket.retry_after
         raise HTTPException(
             429,
             f"overloaded: no turn to start a generation of model {ticket.model!r} within "
-            f"{timeout:g} s; retry after {retry} s",
+            f"{deadline.said}; retry after {retry} s",
             headers={"Retry-After": str(retry)},
         ) from exc
-    return max(1.0, timeout - (loop.time() - began))
+    finally:
+        mark(request.state, "turn")
 
 
 def model_label(chosen: str, requested: str | None, settings: Settings) -> str:
@@ -142,6 +170,7 @@ async def start_answer(
     stream_id: str = "",
     history: Any = None,
     model: str | None = None,
+    request: Request | None = None,
 ) -> WorkflowHandle[Any, Answer]:
     """`request_key`: the caller's X-Request-ID, if it sent one (a retry attaches to its run;
     another body under it is 409). `model`: the one the request was admitted for (its
@@ -160,22 +189,27 @@ async def start_answer(
         raise HTTPException(422, str(exc)) from exc
     except RPCError as exc:
         raise HTTPException(503, f"cannot start the answer: {exc.message}") from exc
+    finally:
+        if request is not None:
+            mark(request.state, "start")
     # The trace id is the server's: this line (tagged with the request id) links the two.
     log.info("answer run %s", handle.id)
     return handle
 
 
 async def finish_answer(
-    handle: WorkflowHandle[Any, Answer], timeout: float, request: Request
+    handle: WorkflowHandle[Any, Answer], deadline: Deadline, request: Request
 ) -> Answer:
-    """The answer; 504 past `timeout`, 499 when the client leaves: the run is cancelled, so
+    """The answer; 504 past the deadline, 499 when the client leaves: the run is cancelled, so
     generation stops, in both cases (never an abandoned answer left running)."""
     try:
-        return await until_done(handle.result(), request, timeout)
+        return await until_done(handle.result(), request, deadline.left())
     except TimeoutError as exc:
         ANSWER_TIMEOUTS.labels("answer").inc()
-        await cancel_now(handle, f"no answer within {timeout:g} s")
-        raise HTTPException(504, f"no answer within {timeout:g} s; the run was cancelled") from exc
+        await cancel_now(handle, f"no answer within {deadline.said}")
+        raise HTTPException(
+            504, f"no answer within {deadline.said}; the run was cancelled"
+        ) from exc
     except ClientLeft as exc:
         await cancel_now(handle, "the client left")
         raise HTTPException(CLIENT_LEFT, "the client left; the run was cancelled") from exc
@@ -199,11 +233,14 @@ async def start_streamed_answer(
     request_key: str | None,
     history: Any = None,
     model: str | None = None,
+    request: Request | None = None,
 ) -> tuple[WorkflowHandle[Any, Answer], str, asyncio.Queue[Any]]:
     """The token stream first, so no token is published before anyone listens."""
     stream_id, queue = await open_stream(listener)
     try:
-        handle = await start_answer(rag, ask_request, request_key, stream_id, history, model)
+        handle = await start_answer(
+            rag, ask_request, request_key, stream_id, history, model, request
+        )
     except BaseException:
         listener.close_stream(stream_id)
         raise
@@ -228,16 +265,17 @@ async def answer_events(
     stream_id: str,
     queue: asyncio.Queue[Any],
     listener: TokenListener,
-    timeout: float,
+    deadline: Deadline,
     on_text: Callable[[], None] | None = None,
 ) -> AsyncGenerator[dict[str, str], None]:
     """`start`, then `token` (text) and `reset` (start over) events, then `answer` (the
-    whole Answer) or `error`. A client that leaves cancels the workflow."""
+    whole Answer) or `error`: a 504 one at the deadline. A client that leaves cancels the
+    workflow."""
     result = asyncio.ensure_future(handle.result())
     closed = False
     try:
         yield {"event": "start", "data": json.dumps({"trace_id": handle.id})}
-        async for event in text_events(queue, result, timeout, on_text):
+        async for event in text_events(queue, result, deadline, on_text):
             yield event
         answer = result.result()
         closed = True
@@ -245,7 +283,7 @@ async def answer_events(
     except TimeoutError:
         ANSWER_TIMEOUTS.labels("answer_stream").inc()
         yield stream_error(
-            ASK_STREAM, 504, f"no answer within {timeout:g} s; the run was cancelled"
+            ASK_STREAM, 504, f"no answer within {deadline.said}; the run was cancelled"
         )
     except WorkflowFailureError as exc:
         closed = True

@@ -10,9 +10,10 @@ Server-Sent Events. A client that leaves mid-answer (streamed or not, an answer 
 conversation turn) gets its answer workflow cancelled, and the cancellation reaches the engine
 (R6); so does a request past the access timeout (`Settings.access_timeout_seconds`, 504).
 
-Admission (ragkit/admission.py): a live request whose model already has as many generations in
-flight as can finish within the P99 target (the batch + the queue bound) gets 429 with
-Retry-After at once, and starts no workflow.
+Admission (ragkit/admission.py): a live request that would finish after the latency target (the
+work admitted before it, plus its own latency) gets 429 with Retry-After at once, and starts no
+workflow. Gateways share that bound by their heartbeats (gateway/peers.py). The access timeout
+counts from a request's arrival.
 
 `create_app` puts what endpoints share on `app.state` (gateway/deps.py reads it from there) and
 includes one router per area (gateway/routers/).
@@ -32,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from durable_rag.client import RagClient
 from gateway import errors
 from gateway.middleware import BodyLimit, RequestId
+from gateway.peers import Peers
 from gateway.routers import (
     admin,
     answers,
@@ -65,7 +67,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.rag = await RagClient.connect(settings, app.state.sessions)
     app.state.refresher = Refresher(app.state.rag, app.state.api_keys)
     app.state.refresher.start()
+    peers = Peers(app.state.sessions, app.state.admission, settings.gateway.heartbeat_seconds)
+    await peers.start()  # before the first request: its share is known from the start
     yield
+    await peers.stop()
     await app.state.refresher.stop()
     await app.state.token_listener.close()
     app.state.sessions.kw["bind"].dispose()

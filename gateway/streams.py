@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,27 @@ def in_background(work: Coroutine[Any, Any, Any]) -> None:
     task = asyncio.get_running_loop().create_task(work)
     _background.add(task)
     task.add_done_callback(_background.discard)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a live request's access timeout passes: `seconds` after it arrived (the gateway's
+    first sight of it, gateway/middleware.py), on the monotonic clock."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float, arrived: float | None = None) -> Deadline:
+        return cls((time.monotonic() if arrived is None else arrived) + seconds, seconds)
+
+    def left(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    @property
+    def said(self) -> str:
+        """The timeout as an error message says it: the whole of it, from arrival."""
+        return f"{self.seconds:g} s"
 
 
 @dataclass(frozen=True)
@@ -58,13 +80,13 @@ class _Parts:
 async def relay(
     queue: asyncio.Queue[TokenEvent],
     result: asyncio.Future[Any],
-    timeout: float,
+    deadline: Deadline,
     on_text: Callable[[], None] | None = None,
 ) -> AsyncIterator[Token | Reset]:
     """Yield the stream's tokens until `result` is done, then what is left of the stream.
-    TimeoutError when the result is not in within `timeout` seconds. `on_text` is called once,
-    before the first token (the request's place in the start window goes to the next)."""
-    async for item in _relay(queue, result, timeout):
+    TimeoutError when the result is not in by `deadline`. `on_text` is called once, before the
+    first token (the request's place in the start window goes to the next)."""
+    async for item in _relay(queue, result, deadline):
         if on_text is not None:
             on_text()
             on_text = None
@@ -72,13 +94,12 @@ async def relay(
 
 
 async def _relay(
-    queue: asyncio.Queue[TokenEvent], result: asyncio.Future[Any], timeout: float
+    queue: asyncio.Queue[TokenEvent], result: asyncio.Future[Any], deadline: Deadline
 ) -> AsyncIterator[Token | Reset]:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
     parts = _Parts()
     while not result.done():
-        remaining = deadline - loop.time()
+        remaining = deadline.left()
         if remaining <= 0:
             raise TimeoutError
         getter = asyncio.ensure_future(queue.get())
@@ -106,11 +127,11 @@ async def _relay(
 async def text_events(
     queue: asyncio.Queue[TokenEvent],
     result: asyncio.Future[Any],
-    timeout: float,
+    deadline: Deadline,
     on_text: Callable[[], None] | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """`relay` as Server-Sent Events: `token` (`{"text"}`) and `reset` (`{"part"}`, start over)."""
-    async for item in relay(queue, result, timeout, on_text):
+    async for item in relay(queue, result, deadline, on_text):
         if isinstance(item, Token):
             yield {"event": "token", "data": json.dumps({"text": item.text})}
         else:

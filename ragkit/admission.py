@@ -1,25 +1,32 @@
-"""Admission of live generations: how many may be in flight per model, and what a refusal says.
+"""Admission of live requests: what each costs, when one is refused, and what a refusal says.
 
-R11's batching window, from a latency target down to two numbers:
+R11's promise, from a latency target down to one comparison. On the serving machine (the engine
+and everything on the way to it) a live request costs work, in seconds of that machine's
+throughput (`Costs`, measured per model and machine by `bench/burst.py --calibrate`):
 
-- `max_num_seqs` is the batch: the generations the engine decodes at once. One batch of answers
-  of up to `max_answer_tokens` tokens takes T = max_answer_tokens x per_token_seconds, where
-  per_token_seconds is the measured per-token latency *at a full batch* (bench/answer.py; a
-  fuller batch decodes each sequence more slowly, so the measurement must be at full batch).
-- The queue bound is what may wait for that batch. A request queued behind k full batches
-  finishes after (k + 1) x T, so to finish within the P99 target k = floor(target / T) - 1
-  batches may wait: queue_bound(...) = max(0, k) x max_num_seqs.
+- a fixed part, before generation: retrieval, the workflow's tasks, the dispatch to the LLM
+  worker, and the prefill of a typical retrieved context (`llm_request_seconds`);
+- the prefill of the prompt tokens the request brings itself: its question and conversation
+  history (`llm_prefill_seconds_per_token` each);
+- its share of the engine's decode steps: a batch of `llm_max_num_seqs` sequences advances one
+  token each per `llm_per_token_seconds`, so one answer token costs per_token / max_num_seqs.
 
-The engine's work is tokens, not requests: a batch decodes max_num_seqs tokens per
-per_token_seconds whatever the answers' lengths. So the gateway admits in tokens: each live
-request holds its own token budget (its max_answer_tokens), and requests are admitted while the
-tokens in flight stay within (max_num_seqs + queue bound) x max_answer_tokens, the work that
-drains within the target. Fifty 12-token answers fit where sixteen 256-token ones do; a request
-of the longest answers counts as one whole slot, which is the count above. Beyond that, waiting
-could only miss the target, so the request is refused at once (HTTP 429) with Retry-After: the
-seconds one batch takes to drain (T, rounded up, at least 1), when a slot is sure to have been
-freed. The count is per process (one event loop): with several gateway processes, give each its
-share of the bound.
+Work admitted drains at one second per second. A request's own latency on an idle machine is its
+fixed part and prefill plus one decode step per answer token (its tokens come one after the
+other, whatever the batch). So a request finishes within the target when
+
+    backlog (the work of the live requests admitted before it) + its own latency <= target
+
+and it is admitted only then. Otherwise it gets 429 at once, with nothing started, and a
+Retry-After of the seconds until enough of the backlog has drained: ceil(backlog + latency -
+target), at least 1. A request alone is always admitted: waiting could not make it faster.
+
+Gateways share the bound. Each counts the work it admitted, and the gateways' heartbeats in
+Postgres (gateway/peers.py) say how many are live: with n of them behind a load balancer, each
+admits while n x its own backlog + the latency fits, so the sum of all of them stays within one
+target. The alternative, one count shared in Postgres (a locked transaction per admission), took
+11 ms per admission at P50 and 0.40 s for a burst of 300 on an idle stack, against 0.07 ms here
+(`bench/burst.py --sides probe`): a refusal could not come within 100 ms through it.
 
 The start window orders what comes before generation. An admitted streamed request takes a place
 in its model's window before its workflow starts and gives it up at its first token (or its
@@ -44,111 +51,112 @@ from types import TracebackType
 
 from ragkit.settings import LlmSettings
 
-# Guards floor() against a product like 2.9999999 for a target that is an exact multiple of T.
+# Keeps ceil() from turning an excess of 2.0000000001 s (float noise) into 3.
 _EPSILON = 1e-9
 
 
-def batch_seconds(max_answer_tokens: int, per_token_seconds: float) -> float:
-    """T: how long one full batch of the longest answers takes to drain."""
-    return max_answer_tokens * per_token_seconds
+@dataclass(frozen=True)
+class Costs:
+    """What a live request costs the serving machine, in seconds of its throughput."""
 
+    request_seconds: (
+        float  # fixed: retrieval, workflow tasks, dispatch, a typical context's prefill
+    )
+    prefill_seconds_per_token: float  # each prompt token the request brings (question, history)
+    per_token_seconds: float  # one decode step of a full batch
+    max_num_seqs: int  # sequences a decode step advances
 
-def queue_bound(
-    p99_target_seconds: float,
-    per_token_seconds: float,
-    max_answer_tokens: int,
-    max_num_seqs: int,
-) -> int:
-    """Generations per model that may wait for a batch slot and still finish within the target.
+    def work(self, prompt_tokens: int, answer_tokens: int) -> float:
+        """The seconds of throughput this request takes from everyone behind it."""
+        decode = answer_tokens * self.per_token_seconds / self.max_num_seqs
+        return self.request_seconds + prompt_tokens * self.prefill_seconds_per_token + decode
 
-    One batch of `max_num_seqs` generations of up to `max_answer_tokens` tokens takes
-    T = max_answer_tokens x per_token_seconds. A request queued behind k full batches finishes
-    after (k + 1) x T; so k = floor(p99_target / T) - 1 batches may queue, and the bound is
-    max(0, k) x max_num_seqs. A target under 2 T leaves no queue at all: only the batch itself
-    is admitted.
-    """
-    if p99_target_seconds <= 0 or per_token_seconds <= 0:
-        raise ValueError("the P99 target and the per-token latency must be positive")
-    if max_answer_tokens < 1 or max_num_seqs < 1:
-        raise ValueError("max_answer_tokens and max_num_seqs must be at least 1")
-    batch = batch_seconds(max_answer_tokens, per_token_seconds)
-    batches = math.floor(p99_target_seconds / batch + _EPSILON) - 1
-    return max(0, batches) * max_num_seqs
+    def latency(self, prompt_tokens: int, answer_tokens: int) -> float:
+        """Its own time on an idle machine: one decode step per answer token."""
+        before = self.request_seconds + prompt_tokens * self.prefill_seconds_per_token
+        return before + answer_tokens * self.per_token_seconds
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What one model admits: its batch, the queue behind it, and how long a batch takes."""
+    """What one model admits: its costs, the latency target, and the longest answer."""
 
-    max_num_seqs: int
-    queue_bound: int
-    batch_seconds: float
-    max_answer_tokens: int = 1
+    costs: Costs
+    target_seconds: float
+    max_answer_tokens: int
     start_window: int = 0  # streamed requests on their way to the engine at once; 0: no window
 
-    @property
-    def capacity(self) -> int:
-        """Generations of the longest answers in flight (running or waiting) at most."""
-        return self.max_num_seqs + self.queue_bound
-
-    @property
-    def token_budget(self) -> int:
-        """Answer tokens in flight at most: `capacity` generations of the longest answers."""
-        return self.capacity * self.max_answer_tokens
-
-    @property
-    def retry_after(self) -> int:
-        """Whole seconds until one batch has drained, so a slot is free: at least 1."""
-        return max(1, math.ceil(self.batch_seconds - _EPSILON))
+    def answer_tokens(self, asked: int | None) -> int:
+        """The answer tokens a request may use: what it asks for, within the longest answer."""
+        return min(max(1, asked or self.max_answer_tokens), self.max_answer_tokens)
 
     @classmethod
     def from_settings(cls, llm: LlmSettings) -> Limits:
-        """The limits the settings give: llm_queue_bound when set, else derived from the
-        P99 target (queue_bound)."""
-        bound = llm.queue_bound
-        if bound is None:
-            bound = queue_bound(
-                llm.p99_target_seconds,
-                llm.per_token_seconds,
-                llm.max_answer_tokens,
-                llm.max_num_seqs,
-            )
         return cls(
-            max_num_seqs=llm.max_num_seqs,
-            queue_bound=bound,
-            batch_seconds=batch_seconds(llm.max_answer_tokens, llm.per_token_seconds),
+            costs=Costs(
+                request_seconds=llm.request_seconds,
+                prefill_seconds_per_token=llm.prefill_seconds_per_token,
+                per_token_seconds=llm.per_token_seconds,
+                max_num_seqs=llm.max_num_seqs,
+            ),
+            target_seconds=llm.p99_target_seconds,
             max_answer_tokens=llm.max_answer_tokens,
             start_window=llm.max_num_seqs if llm.start_window is None else llm.start_window,
         )
 
 
-class Overloaded(Exception):
-    """A live request for `model` cannot start within its budget: retry after `retry_after` s."""
+@dataclass(frozen=True)
+class Decision:
+    """The figures an admission decided on: kept on the ticket, said in a refusal."""
 
-    def __init__(self, model: str, in_flight: int, tokens: int, limits: Limits) -> None:
-        self.model, self.in_flight, self.limits = model, in_flight, limits
-        self.retry_after = limits.retry_after
+    model: str
+    in_flight: int  # live requests of this model admitted by this gateway
+    backlog: float  # seconds of their work, as all live gateways hold it (x gateways)
+    latency: float  # this request's own, on an idle machine
+    target: float
+    gateways: int
+
+    @property
+    def finish(self) -> float:
+        """When this request would finish, seconds from now."""
+        return self.backlog + self.latency
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds until the backlog has drained enough for this request: at least 1."""
+        return max(1, math.ceil(self.finish - self.target - _EPSILON))
+
+
+class Overloaded(Exception):
+    """A live request for `model` would finish after the latency target: retry after
+    `retry_after` s. Nothing was started."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision, self.model = decision, decision.model
+        self.retry_after = decision.retry_after
+        gateways = f" across {decision.gateways} gateways" if decision.gateways > 1 else ""
         super().__init__(
-            f"overloaded: {in_flight} generation(s) for model {model!r} are running or queued "
-            f"with {tokens} answer tokens, and this one would pass the most that can finish "
-            f"within the latency target ({limits.max_num_seqs} in the batch + "
-            f"{limits.queue_bound} queued, of up to {limits.max_answer_tokens} tokens each); "
-            f"retry after {self.retry_after} s"
+            f"overloaded: {decision.in_flight} live request(s) for model {decision.model!r} "
+            f"hold {decision.backlog:.1f} s of work{gateways}, and this one would finish after "
+            f"{decision.finish:.1f} s, past the {decision.target:g} s latency target; retry "
+            f"after {self.retry_after} s"
         )
 
 
 class Ticket:
-    """One admitted generation. Release it when the request ends, however it ends; releasing
-    twice is harmless. A context manager: `with admission.admit(model): ...`."""
+    """One admitted live request. Release it when the request ends, however it ends; releasing
+    twice is harmless. A context manager: `with admission.admit(model, ...): ...`."""
 
-    def __init__(self, admission: Admission, model: str, tokens: int) -> None:
-        self._admission, self.model, self.tokens = admission, model, tokens
+    def __init__(self, admission: Admission, decision: Decision, work: float) -> None:
+        self._admission, self.decision, self.work = admission, decision, work
+        self.model = decision.model
         self.released = False
         self.in_window = False  # holds a place in the model's start window
 
     @property
     def retry_after(self) -> int:
-        return self._admission.limits(self.model).retry_after
+        """For a request that gave up waiting: the seconds the work ahead of it takes."""
+        return self._admission.drain_seconds(self.model)
 
     async def take_turn(self) -> None:
         """Wait for a place in the model's start window (at once while it has room). A waiter
@@ -166,7 +174,7 @@ class Ticket:
         self.streaming()
         if not self.released:
             self.released = True
-            self._admission._release(self.model, self.tokens)
+            self._admission._release(self.model, self.work)
 
     def __enter__(self) -> Ticket:
         return self
@@ -181,18 +189,20 @@ class Ticket:
 
 
 class Admission:
-    """In-flight live generations per model in this process, admitted while under the limits.
+    """The live requests this gateway admitted per model, and the work they hold.
 
-    Not thread-safe: one event loop (the gateway's) admits and releases.
+    Not thread-safe: one event loop (the gateway's) admits and releases. `gateways` is how
+    many gateways are live (gateway/peers.py keeps it current; 1 alone).
     """
 
     def __init__(self, limits: Limits | Callable[[str], Limits]) -> None:
         """`limits`: one for every model, or a function of the model's name."""
         self._limits = limits
         self._in_flight: dict[str, int] = {}
-        self._tokens: dict[str, int] = {}
+        self._work: dict[str, float] = {}
         self._in_window: dict[str, int] = {}  # places held in each model's start window
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}  # in arrival order
+        self.gateways = 1
         self.admitted = 0
         self.refused = 0
 
@@ -206,23 +216,40 @@ class Admission:
     def in_flight(self, model: str) -> int:
         return self._in_flight.get(model, 0)
 
-    def tokens_in_flight(self, model: str) -> int:
-        return self._tokens.get(model, 0)
+    def backlog(self, model: str) -> float:
+        """Seconds of work this gateway's live requests of `model` hold."""
+        return self._work.get(model, 0.0)
 
-    def admit(self, model: str, tokens: int | None = None) -> Ticket:
-        """A ticket for one more generation of `model` of up to `tokens` answer tokens (None:
-        the longest answer), or Overloaded when the tokens in flight would pass what can finish
-        within the target."""
+    def models(self) -> list[str]:
+        return list(self._in_flight)
+
+    def drain_seconds(self, model: str) -> int:
+        """Whole seconds until the work all gateways hold for `model` has drained: at least 1."""
+        return max(1, math.ceil(self.gateways * self.backlog(model) - _EPSILON))
+
+    def admit(self, model: str, answer_tokens: int | None = None, prompt_tokens: int = 0) -> Ticket:
+        """A ticket for one live request of `model` that brings `prompt_tokens` of its own
+        (question, history) and may answer with `answer_tokens` (None: the longest answer); or
+        Overloaded, when it would finish after the latency target."""
         limits = self.limits(model)
-        cost = min(max(1, tokens or limits.max_answer_tokens), limits.max_answer_tokens)
-        held = self.tokens_in_flight(model)
-        if held + cost > limits.token_budget:
+        answer = limits.answer_tokens(answer_tokens)
+        prompt = max(0, prompt_tokens)
+        decision = Decision(
+            model=model,
+            in_flight=self.in_flight(model),
+            backlog=self.gateways * self.backlog(model),
+            latency=limits.costs.latency(prompt, answer),
+            target=limits.target_seconds,
+            gateways=self.gateways,
+        )
+        if decision.in_flight and decision.finish > limits.target_seconds + _EPSILON:
             self.refused += 1
-            raise Overloaded(model, self.in_flight(model), held, limits)
-        self._in_flight[model] = self.in_flight(model) + 1
-        self._tokens[model] = held + cost
+            raise Overloaded(decision)
+        work = limits.costs.work(prompt, answer)
+        self._in_flight[model] = decision.in_flight + 1
+        self._work[model] = self.backlog(model) + work
         self.admitted += 1
-        return Ticket(self, model, cost)
+        return Ticket(self, decision, work)
 
     def in_window(self, model: str) -> int:
         return self._in_window.get(model, 0)
@@ -247,7 +274,7 @@ class Admission:
             if turn.done() and not turn.cancelled():
                 ticket.in_window = True  # handed over as it was cancelled: pass it on
                 ticket.streaming()
-            else:
+            elif turn in line:  # a place given up meanwhile skipped it, and took it out
                 line.remove(turn)
             raise
         finally:
@@ -268,11 +295,11 @@ class Admission:
         else:
             self._in_window.pop(model, None)
 
-    def _release(self, model: str, tokens: int) -> None:
+    def _release(self, model: str, work: float) -> None:
         left = self._in_flight.get(model, 0) - 1
         if left > 0:
             self._in_flight[model] = left
-            self._tokens[model] = max(0, self._tokens.get(model, 0) - tokens)
+            self._work[model] = max(0.0, self._work.get(model, 0.0) - work)
         else:  # no entry kept for a model with nothing in flight: the maps stay small
             self._in_flight.pop(model, None)
-            self._tokens.pop(model, None)
+            self._work.pop(model, None)

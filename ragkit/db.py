@@ -358,6 +358,17 @@ class ServedModel(Base):
     )
 
 
+class GatewayRow(Base):
+    """A live gateway: each records itself every heartbeat, so each knows how many share the
+    admission bound (ragkit/store/gateways.py)."""
+
+    __tablename__ = "gateways"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 class GenerationStatus:
     BUILDING = "building"  # receives every write and the rebuild's copy; serves no query
     ACTIVE = "active"  # serves queries; one per collection

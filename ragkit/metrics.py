@@ -63,8 +63,8 @@ HTTP_STREAM_ERRORS = Counter(
 )
 GATEWAY_REJECTED = Counter(
     "durable_rag_gateway_rejected_total",
-    "Live requests refused with 429 before anything started (the model's generations in flight "
-    "were at its batch + queue bound), by route template and model.",
+    "Live requests refused with 429 before anything started (the work admitted before them plus "
+    "their own latency would pass the latency target), by route template and model.",
     ["route", "model"],
 )
 
@@ -79,6 +79,16 @@ LLM_TOKENS = Counter(
     "durable_rag_llm_tokens_total",
     "Tokens through the engine, by model and direction (prompt | completion).",
     ["model", "direction"],
+)
+GATEWAY_PEERS = Gauge(
+    "durable_rag_gateway_peers",
+    "Gateways live by their heartbeats (this one included): each admits that share of the "
+    "latency bound.",
+)
+GATEWAY_BACKLOG = Gauge(
+    "durable_rag_gateway_backlog_seconds",
+    "Seconds of serving work held by the live requests this gateway admitted, by model.",
+    ["model"],
 )
 LLM_RUNNING = Gauge(
     "durable_rag_llm_running_requests",

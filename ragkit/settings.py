@@ -397,28 +397,34 @@ class LlmSettings(BaseModel):
         default=60.0,
         gt=0,
         le=3_600,
-        description="Latency target for 99% of live answers (R11). The gateway's bound on queued "
-        "generations per model follows from it (ragkit/admission.py): floor(target / T) - 1 full "
-        "batches of llm_max_num_seqs may wait, T = llm_max_answer_tokens x "
-        "llm_per_token_seconds; beyond that a live request gets 429 and Retry-After.",
+        description="Latency target for 99% of live answers (R11). The gateway admits a live "
+        "request only if the work admitted before it, plus its own latency, fits within it; "
+        "otherwise 429 with Retry-After, nothing started (ragkit/admission.py).",
     )
     per_token_seconds: float = Field(
-        default=0.1,
+        default=0.17,
         gt=0,
         le=10,
-        description="Measured per-token decode latency of one sequence at a full batch "
-        "(llm_max_num_seqs running), in seconds: from bench/serving.py or bench/answer.py (the "
-        "generate step over its tokens). The default is CPU SmolLM2's.",
+        description="Measured decode step of a full batch (llm_max_num_seqs running), in "
+        "seconds: each answer token's latency, and llm_max_num_seqs answer tokens' work "
+        "(bench/burst.py --calibrate). The default is CPU SmolLM2's on the 2-CPU reference machine.",
     )
-    queue_bound: int | None = Field(
-        default=None,
+    request_seconds: float = Field(
+        default=0.63,
         ge=0,
-        le=100_000,
-        description="Generations per model that may wait for a batch slot beyond "
-        "llm_max_num_seqs before the gateway refuses live requests with 429; unset: derived from "
-        "llm_p99_target_seconds and llm_per_token_seconds. Per gateway process. Waiting ones "
-        "wait in the LLM worker when llm_max_concurrent_generations allows, else on its task "
-        "queue, up to generate's schedule-to-start timeout.",
+        le=600,
+        description="Measured serving work of one live request before its own tokens, in "
+        "seconds of the machine's throughput: retrieval, the workflow's tasks, the dispatch and "
+        "the prefill of a typical retrieved context (bench/burst.py --calibrate). The default is the "
+        "embedded stack's on the 2-CPU reference machine.",
+    )
+    prefill_seconds_per_token: float = Field(
+        default=0.0063,
+        ge=0,
+        le=10,
+        description="Measured prefill work per prompt token a request brings (its question and "
+        "conversation history), in seconds (bench/burst.py --calibrate). The default is CPU "
+        "SmolLM2's on the 2-CPU reference machine.",
     )
     start_window: int | None = Field(
         default=None,
@@ -429,7 +435,7 @@ class LlmSettings(BaseModel):
         "their first token; later ones wait their turn in arrival order (ragkit/admission.py). "
         "All at once, fifty retrievals share the CPU and reach the engine together, seconds "
         "after the first could have. Unset: llm_max_num_seqs (what the engine's batch needs); "
-        "0: no window.",
+        "0: no window. The wait counts against the access timeout.",
     )
     inference_p99_seconds: float = Field(
         default=60.0,
@@ -694,9 +700,17 @@ class GatewaySettings(BaseModel):
         default=None,
         gt=0,
         le=3_600,
-        description="Access timeout: a live request (answer or turn) not done by then is "
-        "cancelled, its workflow and generation too, and gets 504. Unset: 1.5x "
-        "llm_inference_p99_seconds (90 s by default).",
+        description="Access timeout: a live request (answer or turn) not done this long after "
+        "it arrived is cancelled, its workflow and generation too: a 504, or a stream's error "
+        "event. Unset: 1.5x llm_inference_p99_seconds (90 s by default).",
+    )
+    heartbeat_seconds: float = Field(
+        default=2.0,
+        ge=0.1,
+        le=60,
+        description="How often each gateway records that it is live (in Postgres) and counts "
+        "the others: each admits its share of the latency bound (ragkit/admission.py). A "
+        "gateway unseen for 3 heartbeats no longer counts.",
     )
 
 

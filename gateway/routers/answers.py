@@ -11,7 +11,9 @@ from gateway.answering import (
     ASK_STREAM,
     admit,
     answer_events,
+    deadline_of,
     finish_answer,
+    prompt_tokens,
     released,
     start_answer,
     start_streamed_answer,
@@ -36,9 +38,13 @@ async def ask(
     """The answer (citations, timings, degradations). A client that leaves before it is done
     cancels it, and generation stops."""
     ask_request = AskRequest(tenant=tenant, **body.model_dump())
-    with await admit(request, admission, rag, body.model, ask_request.max_answer_tokens) as ticket:
-        handle = await start_answer(rag, ask_request, request.state.request_key, model=ticket.model)
-        return await finish_answer(handle, settings.access_timeout_seconds, request)
+    deadline = deadline_of(request, settings)
+    tokens, prompt = ask_request.max_answer_tokens, prompt_tokens(body.question)
+    with await admit(request, admission, rag, body.model, tokens, prompt) as ticket:
+        handle = await start_answer(
+            rag, ask_request, request.state.request_key, model=ticket.model, request=request
+        )
+        return await finish_answer(handle, deadline, request)
 
 
 @router.post(
@@ -58,14 +64,21 @@ async def ask_stream(
     """Server-Sent Events: `start`, `token`..., then `answer` (citations, timings,
     degradations) or `error`. Leaving early cancels the answer."""
     ask_request = AskRequest(tenant=tenant, **body.model_dump())
-    ticket = await admit(request, admission, rag, body.model, ask_request.max_answer_tokens)
+    deadline = deadline_of(request, settings)
+    tokens, prompt = ask_request.max_answer_tokens, prompt_tokens(body.question)
+    ticket = await admit(request, admission, rag, body.model, tokens, prompt)
     try:
-        timeout = await take_turn(request, ticket, settings)
+        await take_turn(request, ticket, deadline)
         handle, stream_id, queue = await start_streamed_answer(
-            rag, listener, ask_request, request.state.request_key, model=ticket.model
+            rag,
+            listener,
+            ask_request,
+            request.state.request_key,
+            model=ticket.model,
+            request=request,
         )
     except BaseException:
         ticket.release()
         raise
-    events = answer_events(handle, stream_id, queue, listener, timeout, ticket.streaming)
+    events = answer_events(handle, stream_id, queue, listener, deadline, ticket.streaming)
     return released(events, ticket)

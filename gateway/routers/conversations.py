@@ -22,15 +22,18 @@ from gateway.answering import (
     CLIENT_LEFT,
     ClientLeft,
     admit,
+    deadline_of,
     open_stream,
+    prompt_tokens,
     released,
     take_turn,
     until_done,
 )
 from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
 from gateway.errors import http_error, stream_error
-from gateway.streams import in_background, text_events
+from gateway.streams import Deadline, in_background, text_events
 from ragkit.metrics import ANSWER_TIMEOUTS
+from ragkit.settings import Settings
 from ragkit.streaming import TokenListener
 from schemas.conversation import CONVERSATION_ID_PATTERN, ChatReply, ConversationHistory
 from schemas.gateway import MessageBody
@@ -47,6 +50,12 @@ def check_message(rag: RagClient, body: MessageBody) -> None:
         rag.context_tokens(body.max_answer_tokens)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
+
+
+def brought(body: MessageBody, settings: Settings) -> int:
+    """A turn's own prompt tokens, as admission counts them: its message and, at most, the
+    conversation's history budget (stored, so unknown here until the turn reads it)."""
+    return prompt_tokens(body.message) + settings.conversation.history_tokens
 
 
 def message_id(body: MessageBody, request: Request) -> str:
@@ -95,18 +104,19 @@ async def send_message(
 ) -> ChatReply:
     """The reply. A client that leaves before it comes, or the access timeout, stops the turn."""
     check_message(rag, body)
-    timeout = settings.access_timeout_seconds
+    deadline = deadline_of(request, settings)
     stop = functools.partial(stop_turn, rag, conversation_id, tenant, message_id(body, request))
-    with await admit(request, admission, rag, None, body.max_answer_tokens):
+    prompt = brought(body, settings)
+    with await admit(request, admission, rag, None, body.max_answer_tokens, prompt):
         try:
             return await until_done(
-                send(rag, conversation_id, body, request, tenant), request, timeout
+                send(rag, conversation_id, body, request, tenant), request, deadline.left()
             )
         except TimeoutError as exc:
             ANSWER_TIMEOUTS.labels("turn").inc()
-            await stop(f"no reply within {timeout:g} s")
+            await stop(f"no reply within {deadline.said}")
             raise HTTPException(
-                504, f"no reply within {timeout:g} s; the turn was cancelled"
+                504, f"no reply within {deadline.said}; the turn was cancelled"
             ) from exc
         except ClientLeft as exc:
             await stop("the client left")
@@ -133,9 +143,11 @@ async def send_message_stream(
     """Server-Sent Events: `token`..., then `reply` (the ChatReply) or `error`. A client that
     leaves stops the turn (its user turn stays stored, no reply is)."""
     check_message(rag, body)
-    ticket = await admit(request, admission, rag, None, body.max_answer_tokens)
+    deadline = deadline_of(request, settings)
+    prompt = brought(body, settings)
+    ticket = await admit(request, admission, rag, None, body.max_answer_tokens, prompt)
     try:
-        timeout = await take_turn(request, ticket, settings)
+        await take_turn(request, ticket, deadline)
         stream_id, queue = await open_stream(listener)
     except BaseException:
         ticket.release()
@@ -143,7 +155,7 @@ async def send_message_stream(
     # The turn is sent once the response starts streaming, as the events begin.
     reply = functools.partial(send, rag, conversation_id, body, request, tenant, stream_id)
     stop = functools.partial(stop_turn, rag, conversation_id, tenant, message_id(body, request))
-    events = reply_events(reply, stop, stream_id, queue, listener, timeout, ticket.streaming)
+    events = reply_events(reply, stop, stream_id, queue, listener, deadline, ticket.streaming)
     return released(events, ticket)
 
 
@@ -153,13 +165,13 @@ async def reply_events(
     stream_id: str,
     queue: asyncio.Queue[Any],
     listener: TokenListener,
-    timeout: float,
+    deadline: Deadline,
     on_text: Callable[[], None] | None = None,
 ) -> AsyncGenerator[dict[str, str], None]:
     result = asyncio.ensure_future(reply())
     ended = False  # the turn is over: replied or failed
     try:
-        async for event in text_events(queue, result, timeout, on_text):
+        async for event in text_events(queue, result, deadline, on_text):
             yield event
         chat_reply = result.result()
         ended = True
@@ -167,7 +179,7 @@ async def reply_events(
     except TimeoutError:
         ANSWER_TIMEOUTS.labels("turn_stream").inc()
         yield stream_error(
-            TURN_STREAM, 504, f"no reply within {timeout:g} s; the turn was cancelled"
+            TURN_STREAM, 504, f"no reply within {deadline.said}; the turn was cancelled"
         )
     except WorkflowUpdateFailedError as exc:
         ended = True

@@ -16,7 +16,9 @@ from gateway import openai_compat
 from gateway.answering import (
     admit,
     cancel_later,
+    deadline_of,
     finish_answer,
+    prompt_tokens,
     released,
     start_answer,
     start_streamed_answer,
@@ -24,7 +26,7 @@ from gateway.answering import (
 )
 from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
 from gateway.errors import http_error, stream_failed
-from gateway.streams import Reset, Token, relay
+from gateway.streams import Deadline, Reset, Token, relay
 from ragkit.metrics import ANSWER_TIMEOUTS
 from ragkit.streaming import TokenListener
 from schemas.answer import Answer
@@ -63,24 +65,26 @@ async def chat_completions(
     except ValueError as exc:
         raise HTTPException(400, str(exc)) from exc
     request_key = request.state.request_key
-    timeout = settings.access_timeout_seconds
-    ticket = await admit(request, admission, rag, model, ask_request.max_answer_tokens)
+    deadline = deadline_of(request, settings)
+    brought = [ask_request.question, *(turn.content for turn in (history.turns if history else []))]
+    tokens, prompt = ask_request.max_answer_tokens, prompt_tokens(*brought)
+    ticket = await admit(request, admission, rag, model, tokens, prompt)
     if not body.stream:
         with ticket:
             handle = await start_answer(
-                rag, ask_request, request_key, history=history, model=ticket.model
+                rag, ask_request, request_key, history=history, model=ticket.model, request=request
             )
-            answer = await finish_answer(handle, timeout, request)
+            answer = await finish_answer(handle, deadline, request)
         return openai_compat.completion(answer, body.model)
     try:
-        timeout = await take_turn(request, ticket, settings)
+        await take_turn(request, ticket, deadline)
         handle, stream_id, queue = await start_streamed_answer(
-            rag, listener, ask_request, request_key, history, ticket.model
+            rag, listener, ask_request, request_key, history, ticket.model, request
         )
     except BaseException:
         ticket.release()
         raise
-    events = chunks(handle, body, stream_id, queue, listener, timeout, ticket.streaming)
+    events = chunks(handle, body, stream_id, queue, listener, deadline, ticket.streaming)
     return released(events, ticket)
 
 
@@ -90,17 +94,17 @@ async def chunks(
     stream_id: str,
     queue: asyncio.Queue[Any],
     listener: TokenListener,
-    timeout: float,
+    deadline: Deadline,
     on_text: Callable[[], None] | None = None,
 ) -> AsyncGenerator[dict[str, str], None]:
-    """`chat.completion.chunk` events, then `[DONE]`. A client that leaves cancels the
-    workflow."""
+    """`chat.completion.chunk` events, then `[DONE]`; past the deadline, OpenAI's error chunk
+    (a 504) before it. A client that leaves cancels the workflow."""
     chunker = openai_compat.Chunker(handle.id, body.model)
     result = asyncio.ensure_future(handle.result())
     closed = False
     try:
         yield {"data": chunker.first()}
-        async for item in relay(queue, result, timeout, on_text):
+        async for item in relay(queue, result, deadline, on_text):
             if isinstance(item, Token):
                 yield {"data": chunker.text(item.text)}
             elif isinstance(item, Reset):
@@ -115,7 +119,7 @@ async def chunks(
     except TimeoutError:
         ANSWER_TIMEOUTS.labels("answer_stream").inc()
         stream_failed(COMPLETIONS, 504)
-        yield {"data": openai_compat.error(504, f"no answer within {timeout:g} s")}
+        yield {"data": openai_compat.error(504, f"no answer within {deadline.said}")}
     except WorkflowFailureError as exc:
         closed = True
         error = http_error(exc)

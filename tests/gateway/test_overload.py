@@ -176,21 +176,25 @@ async def test_a_model_at_its_bound_answers_429_with_retry_after_and_starts_no_w
     engine: VllmEngine,
     overload_data: Path,
 ) -> None:
-    """One slot (a batch of 1, no queue): a long streamed answer holds it; every live
-    endpoint is refused at once and starts nothing; once the holder leaves, answers go in."""
+    """A batch of 1, a 20 s target and 1 s of fixed work a request: a long streamed answer
+    holds 26.6 s of work (1 s + 256 steps of 0.1 s), so every live endpoint is refused at once,
+    with the seconds until enough of it has drained, and starts nothing; once the holder
+    leaves, answers go in."""
     _, key = keys.create_key(module_database.sessions, "t")
     batch = uuid.uuid4().hex[:8]
     conversation = f"c-{batch}"
     ask = {"question": QUESTION, "max_answer_tokens": 8}
     chat = {"model": "durable-rag", "messages": [{"role": "user", "content": QUESTION}]}
     message = {"message": QUESTION, "max_answer_tokens": 8}
-    refused: list[tuple[str, dict[str, Any]]] = [
-        ("/v1/ask", ask),
-        ("/v1/ask/stream", ask),
-        ("/v1/chat/completions", chat),
-        ("/v1/chat/completions", chat | {"stream": True}),
-        (f"/v1/conversations/{conversation}/messages", message),
-        (f"/v1/conversations/{conversation}/messages/stream", message),
+    # 26.6 s ahead + its own 1.8 s (8 tokens) is 28.4 s: 9 s past the target; an OpenAI
+    # request that names no max_tokens may answer in 256 (26.6 s): 34 s past it.
+    refused: list[tuple[str, dict[str, Any], str]] = [
+        ("/v1/ask", ask, "9"),
+        ("/v1/ask/stream", ask, "9"),
+        ("/v1/chat/completions", chat, "34"),
+        ("/v1/chat/completions", chat | {"stream": True}, "34"),
+        (f"/v1/conversations/{conversation}/messages", message, "9"),
+        (f"/v1/conversations/{conversation}/messages/stream", message, "9"),
     ]
     async with served(
         client,
@@ -199,7 +203,10 @@ async def test_a_model_at_its_bound_answers_429_with_retry_after_and_starts_no_w
         engine,
         overload_data,
         llm_max_num_seqs=1,
-        llm_queue_bound=0,
+        llm_p99_target_seconds=20,
+        llm_request_seconds=1,
+        llm_prefill_seconds_per_token=0,
+        llm_per_token_seconds=0.1,
     ) as (http, rag):
         holding = f"hold-{batch}"
         async with http.stream(
@@ -216,17 +223,19 @@ async def test_a_model_at_its_bound_answers_429_with_retry_after_and_starts_no_w
                 if event == "token":
                     break
             started = time.monotonic()
-            for n, (path, body) in enumerate(refused):
+            for n, (path, body, retry) in enumerate(refused):
                 request_id = f"over-{batch}-{n}"
                 headers = bearer(key) | {"X-Request-ID": request_id}
                 response = await http.post(path, json=body, headers=headers)
                 assert response.status_code == 429, (path, response.text)
-                assert response.headers["Retry-After"] == "26", path  # T = 256 x 0.1 s
+                assert response.headers["Retry-After"] == retry, path
+                assert response.headers["Server-Timing"].startswith("admit;dur="), path
                 detail = response.json()
                 message_text = (
                     detail["error"]["message"] if "chat/completions" in path else detail["detail"]
                 )
-                assert "overloaded" in message_text and "retry after 26 s" in message_text
+                assert "1 live request(s)" in message_text and "26.6 s of work" in message_text
+                assert f"past the 20 s latency target; retry after {retry} s" in message_text
                 assert await never_started(client, answer_of("t", request_id)), path
             refusing = time.monotonic() - started
             exposition = (await http.get("/metrics")).text
@@ -383,7 +392,8 @@ async def test_a_stream_past_the_start_window_waits_its_turn_or_gets_429_and_sta
             refused = await http.post("/v1/ask/stream", json=ask, headers=headers)
             assert refused.status_code == 429, refused.text
             assert time.monotonic() - began >= 8
-            assert refused.headers["Retry-After"] == "26"
+            # What the work ahead (the holder's, under a second) takes to drain, at least 1 s.
+            assert refused.headers["Retry-After"] == "1"
             assert "no turn to start a generation" in refused.json()["detail"]
             assert await never_started(client, answer_of("t", refused_id))
             assert admission.in_flight(model) == 1 and admission.waiting(model) == 0

@@ -35,6 +35,8 @@ from ragkit.settings import Settings
 from ragkit.store import keys
 from ragkit.temporal import connect
 from tests.conftest import Database, answer_of
+from tests.engines import ScriptedEngine
+from tests.gateway.test_app import never_started
 from tests.workflows.test_answer import EXPECTED, QUESTION, answering, ingest_sample
 from tests.workflows.test_ingest import save_history
 from workers.common import temporal_runtime
@@ -524,9 +526,9 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
             assert response.status_code == 200, await response.aread()
             return [(event, data) async for event, data in sse(response)]
 
-    # Admission (ragkit/admission.py) admits llm_max_num_seqs + a queue bound derived from the
-    # P99 target per model and refuses the rest with 429; here the bound admits all 50 short
-    # answers, which the LLM worker's slots and its task queue then serve in turn.
+    # Admission (ragkit/admission.py) refuses what would finish after the latency target; here
+    # the target admits all 50 short answers, which the LLM worker's slots and its task queue
+    # then serve in turn.
     async with served(
         client,
         module_database,
@@ -534,7 +536,7 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
         llm_engine,
         stream_data,
         gateway_request_timeout_seconds=240,
-        llm_queue_bound=50,
+        llm_p99_target_seconds=3_600,
     ) as (http, _):
         streams = await asyncio.gather(*(one(http, n) for n in range(50)))
         statuses = [
@@ -551,6 +553,146 @@ async def test_fifty_concurrent_streams_all_end_cleanly_and_leave_no_workflow_ru
         f"{len(broken)} of 50 streams did not end cleanly: {dict(list(broken.items())[:3])}"
     )
     assert statuses == ["COMPLETED"] * 50, {s: statuses.count(s) for s in set(statuses)}
+
+
+async def test_a_burst_past_capacity_gets_quick_429s_and_every_admitted_stream_ends_in_bound(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    llm_engine: LLMEngine,
+    stream_data: Path,
+) -> None:
+    """Thirty streams at once against a 3 s latency target, each counted at 0.5 s of fixed work
+    and 8 answer tokens (ragkit/admission.py): about five fit. The rest get 429 with a
+    Retry-After and start nothing; every admitted stream ends, with its answer or, past the
+    access timeout counted from its arrival, an error event."""
+    _, key = keys.create_key(module_database.sessions, "t")
+    batch = uuid.uuid4().hex[:8]
+    timeout = 20.0
+
+    async def one(http: httpx.AsyncClient, n: int) -> tuple[int, str, list[str], float]:
+        request_id = f"burst-{batch}-{n}"
+        began = time.monotonic()
+        if n % 2:
+            path = "/v1/ask/stream"
+            body: dict[str, Any] = {"question": QUESTION, "max_answer_tokens": 8}
+        else:
+            path = "/v1/chat/completions"
+            body = {
+                "model": "durable-rag",
+                "messages": [{"role": "user", "content": QUESTION}],
+                "max_tokens": 8,
+                "stream": True,
+            }
+        headers = bearer(key) | {"X-Request-ID": request_id}
+        async with http.stream("POST", path, json=body, headers=headers) as response:
+            if response.status_code != 200:
+                await response.aread()
+                assert response.status_code == 429, response.text
+                return 429, response.headers["Retry-After"], [], time.monotonic() - began
+            ends = [
+                event
+                if path == "/v1/ask/stream"
+                else json.loads(data).get("error", {}).get("code", "chunk")
+                async for event, data in sse(response)
+                if event in ("answer", "error") or (path != "/v1/ask/stream" and data != "[DONE]")
+            ]
+            return 200, "", ends, time.monotonic() - began
+
+    async with served(
+        client,
+        module_database,
+        embedder,
+        llm_engine,
+        stream_data,
+        gateway_request_timeout_seconds=timeout,
+        llm_p99_target_seconds=3,
+        llm_request_seconds=0.5,
+        llm_prefill_seconds_per_token=0,
+        llm_per_token_seconds=0.01,
+    ) as (http, _):
+        outcomes = await asyncio.gather(*(one(http, n) for n in range(30)))
+    admitted = [n for n, (status, *_) in enumerate(outcomes) if status == 200]
+    refused = [n for n, (status, *_) in enumerate(outcomes) if status == 429]
+    print(f"{len(admitted)} admitted, {len(refused)} refused")
+    # 0.51 s of work each and 0.58 s of its own: the sixth at once would finish after 3.13 s.
+    # More than five only if the first ended (and released their work) before the last came.
+    assert 5 <= len(admitted) <= 15 and len(refused) == 30 - len(admitted), outcomes
+    for n in refused:
+        assert int(outcomes[n][1]) >= 1
+        assert await never_started(client, answer_of("t", f"burst-{batch}-{n}"))
+    for n in admitted:
+        _, _, ends, total = outcomes[n]
+        assert total <= timeout + 1, (n, total)
+        if n % 2:
+            assert ends[-1] in ("answer", "error"), ends
+        else:  # OpenAI's chunks: the content, the last with finish_reason; or an error chunk
+            assert ends and ends[-1] in ("chunk", 504), ends
+        assert await closed_status(client, answer_of("t", f"burst-{batch}-{n}")) in (
+            "COMPLETED",
+            "CANCELED",
+        )
+
+
+async def test_the_access_timeout_counts_from_arrival_so_a_wait_in_line_is_spent_from_it(
+    client: Client,
+    module_database: Database,
+    embedder: Embedder,
+    stream_data: Path,
+) -> None:
+    """A 3 s access timeout and a start window of one, held: an OpenAI stream waits 2 s in
+    line, then starts a 256-token answer (2.6 s on a scripted engine that always has more to
+    say). Counted from its turn it would finish; counted from its arrival it ends at 3 s with
+    OpenAI's error chunk and its run is cancelled."""
+    talkative = ScriptedEngine(lambda _: "and so on " * 300, seconds_per_token=0.01)
+    _, key = keys.create_key(module_database.sessions, "t")
+    request_id = f"late-{uuid.uuid4().hex[:10]}"
+    async with answering(
+        client,
+        module_database,
+        embedder,
+        talkative,
+        stream_data,
+        llm_start_window=1,
+        gateway_request_timeout_seconds=3,
+    ) as (_, rag, _served):
+        app = create_app(rag.settings, rag)
+        port = free_port()
+        async with (
+            serving_here(app, port),
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http,
+        ):
+            admission = app.state.admission
+            holder = admission.admit(await rag.default_model(), 8)
+            await holder.take_turn()
+
+            async def stream() -> tuple[list[str], dict[str, str], float]:
+                body = {
+                    "model": "durable-rag",
+                    "messages": [{"role": "user", "content": ESSAY}],
+                    "max_tokens": 256,
+                    "stream": True,
+                }
+                headers = bearer(key) | {"X-Request-ID": request_id}
+                began = time.monotonic()
+                path = "/v1/chat/completions"
+                async with http.stream("POST", path, json=body, headers=headers) as response:
+                    assert response.status_code == 200, await response.aread()
+                    data = [d async for _, d in sse(response)]
+                    return data, dict(response.headers), time.monotonic() - began
+
+            waiting = asyncio.create_task(stream())
+            await asyncio.sleep(2)
+            holder.release()
+            data, headers, took = await waiting
+    error = json.loads(data[-2])["error"]
+    assert data[-1] == "[DONE]" and error["code"] == 504, data[-3:]
+    assert error["message"] == "no answer within 3 s"
+    assert 3 <= took < 5, took
+    # Where its time before the response went: 2 s of it in line for the start window.
+    turn = float(headers["server-timing"].split("turn;dur=")[1].split(",")[0])
+    assert turn >= 1900, headers["server-timing"]
+    assert await closed_status(client, answer_of("t", request_id)) == "CANCELED"
 
 
 async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(

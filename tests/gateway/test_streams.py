@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from gateway.streams import Reset, Token, relay
+from gateway.streams import Deadline, Reset, Token, relay
 from ragkit.streaming import TokenEvent
 
 
 async def collect(queue: asyncio.Queue[TokenEvent], result: asyncio.Future[str]) -> list[object]:
-    return [item async for item in relay(queue, result, timeout=5)]
+    return [item async for item in relay(queue, result, Deadline.after(5))]
 
 
 async def test_tokens_then_a_reset_when_a_new_attempt_starts() -> None:
@@ -51,7 +51,7 @@ async def test_no_result_within_the_timeout_is_a_timeout_error() -> None:
     queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
     result: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     with pytest.raises(TimeoutError):
-        async for _ in relay(queue, result, timeout=0.1):
+        async for _ in relay(queue, result, Deadline.after(0.1)):
             pass
 
 

@@ -1,4 +1,4 @@
-"""Admission of live generations: the queue bound a P99 target allows, and the per-model count."""
+"""Admission of live requests: what each costs, the latency bound, and the start window."""
 
 from __future__ import annotations
 
@@ -10,119 +10,165 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from ragkit.admission import Admission, Limits, Overloaded, batch_seconds, queue_bound
+from ragkit.admission import Admission, Costs, Limits, Overloaded
 from ragkit.settings import Settings
 
 
-@pytest.mark.parametrize(
-    ("target", "per_token", "tokens", "seqs", "bound"),
-    [
-        (60, 0.1, 256, 8, 8),  # T = 25.6 s: one batch may wait (2 T = 51.2 s <= 60 s)
-        (51.2, 0.1, 256, 8, 8),  # exactly 2 T: still one batch
-        (51.1, 0.1, 256, 8, 0),  # under 2 T: only the batch itself
-        (10, 0.1, 256, 8, 0),  # under one T: no queue, and no promise either
-        (120, 0.05, 100, 4, 92),  # T = 5 s: 24 batches fit, 23 of them waiting
-        (30, 0.01, 100, 1, 29),
-    ],
-)
-def test_the_queue_bound_is_the_full_batches_that_still_finish_within_the_target(
-    target: float, per_token: float, tokens: int, seqs: int, bound: int
-) -> None:
-    assert queue_bound(target, per_token, tokens, seqs) == bound
+def costs(
+    request: float = 0.0, prefill: float = 0.0, per_token: float = 0.1, seqs: int = 8
+) -> Costs:
+    return Costs(
+        request_seconds=request,
+        prefill_seconds_per_token=prefill,
+        per_token_seconds=per_token,
+        max_num_seqs=seqs,
+    )
 
 
-@given(
-    target=st.floats(0.5, 600),
-    per_token=st.floats(0.001, 1),
-    tokens=st.integers(1, 4_096),
-    seqs=st.integers(1, 256),
-)
-def test_the_last_queued_request_meets_the_target_and_one_batch_more_would_not(
-    target: float, per_token: float, tokens: int, seqs: int
-) -> None:
-    bound = queue_bound(target, per_token, tokens, seqs)
-    assert bound % seqs == 0
-    waiting = bound // seqs  # full batches ahead of the last admitted request
-    t = batch_seconds(tokens, per_token)
-    if waiting:
-        assert (waiting + 1) * t <= target * (1 + 1e-9)
-    assert (waiting + 2) * t > target * (1 - 1e-9)  # one more batch waiting would miss it
+def limits(target: float = 60, max_answer_tokens: int = 256, **given: float) -> Limits:
+    return Limits(
+        costs=costs(**given),  # type: ignore[arg-type]
+        target_seconds=target,
+        max_answer_tokens=max_answer_tokens,
+    )
 
 
-@pytest.mark.parametrize(
-    "args", [(0, 0.1, 256, 8), (60, 0, 256, 8), (60, 0.1, 0, 8), (60, 0.1, 256, 0)]
-)
-def test_the_queue_bound_needs_positive_inputs(args: tuple[float, float, int, int]) -> None:
-    with pytest.raises(ValueError):
-        queue_bound(*args)
+def test_a_request_costs_its_fixed_part_its_prefill_and_its_share_of_the_decode_steps() -> None:
+    c = costs(request=0.3, prefill=0.001, per_token=0.1, seqs=8)
+    # Work: what it takes from everyone behind it; a decode step serves 8 sequences.
+    assert math.isclose(c.work(prompt_tokens=100, answer_tokens=80), 0.3 + 0.1 + 1.0)
+    # Latency: its own tokens come one step after the other.
+    assert math.isclose(c.latency(prompt_tokens=100, answer_tokens=80), 0.3 + 0.1 + 8.0)
 
 
-def test_a_full_model_refuses_with_the_seconds_one_batch_takes_to_drain() -> None:
-    admission = Admission(Limits(max_num_seqs=2, queue_bound=1, batch_seconds=25.6))
-    tickets = [admission.admit("smol") for _ in range(3)]
+def test_a_request_is_admitted_while_the_work_ahead_plus_its_latency_fits_the_target() -> None:
+    """1 s fixed, 8-token answers at 0.1 s a step in batches of 8: each holds 1.1 s of work and
+    takes 1.8 s itself, so 8 s of target admits 6 (5 x 1.1 + 1.8 = 7.3; a 7th would finish at
+    8.4)."""
+    admission = Admission(limits(target=8, request=1.0))
+    tickets = [admission.admit("smol", 8) for _ in range(6)]
+    assert math.isclose(admission.backlog("smol"), 6.6) and admission.in_flight("smol") == 6
     with pytest.raises(Overloaded) as refused:
-        admission.admit("smol")
-    assert refused.value.retry_after == 26
-    assert "3 generation(s)" in str(refused.value) and "retry after 26 s" in str(refused.value)
-    assert admission.in_flight("smol") == 3 and admission.refused == 1
+        admission.admit("smol", 8)
+    # 6.6 + 1.8 = 8.4 s against 8 s: 0.4 s must drain first.
+    assert refused.value.retry_after == 1 and admission.refused == 1
+    message = str(refused.value)
+    assert "6 live request(s)" in message and "6.6 s of work" in message
+    assert "finish after 8.4 s, past the 8 s latency target; retry after 1 s" in message
     # Another model has its own count.
-    with admission.admit("large"):
+    with admission.admit("large", 8):
         assert admission.in_flight("large") == 1
     assert admission.in_flight("large") == 0
-    # One ending frees one slot; releasing it twice frees nothing more.
+    # One ending frees its work; releasing it twice frees nothing more.
     tickets[0].release()
     tickets[0].release()
-    assert admission.in_flight("smol") == 2
-    admission.admit("smol")
+    assert admission.in_flight("smol") == 5
+    admission.admit("smol", 8)
     with pytest.raises(Overloaded):
-        admission.admit("smol")
+        admission.admit("smol", 8)
 
 
-def test_admission_counts_answer_tokens_so_short_answers_share_a_slot() -> None:
-    """The engine's work is tokens: with room for two 256-token answers, 42 answers of 12 tokens
-    fit (504 of 512 tokens), and one long answer needs what 21 short ones hold."""
-    admission = Admission(
-        Limits(max_num_seqs=1, queue_bound=1, batch_seconds=25.6, max_answer_tokens=256)
-    )
-    short = [admission.admit("smol", 12) for _ in range(42)]
-    assert admission.tokens_in_flight("smol") == 504 and admission.in_flight("smol") == 42
-    with pytest.raises(Overloaded, match="42 generation"):
-        admission.admit("smol", 12)
-    for ticket in short[:20]:
-        ticket.release()
-    with pytest.raises(Overloaded):
-        admission.admit("smol")  # the longest answer needs 256: only 248 are free
-    short[20].release()
+def test_long_answers_and_long_prompts_cost_more_so_fewer_fit() -> None:
+    admission = Admission(limits(target=60, request=0.3, prefill=0.001))
+    short = [admission.admit("smol", 8) for _ in range(40)]  # 0.4 s of work each: 16 s
+    # The longest answer takes 25.6 s itself: 16 + 0.3 + 25.6 = 41.9 s fits...
     long = admission.admit("smol")  # None: the longest answer
-    assert long.tokens == 256 and admission.tokens_in_flight("smol") == 508
-    # A request over the limit counts as the longest answer (validation refuses it later).
-    for ticket in [*short[21:], long]:
+    assert long.work == pytest.approx(0.3 + 3.2)
+    # ...and a question of 20,000 tokens adds 20 s of prefill: 19.5 + 20.3 + 25.6 = 65.4 > 60.
+    with pytest.raises(
+        Overloaded, match=r"after 65\.4 s, past the 60 s latency target; retry after 6 s"
+    ):
+        admission.admit("smol", prompt_tokens=20_000)
+    for ticket in [*short, long]:
         ticket.release()
-    assert admission.admit("smol", 10_000).tokens == 256
+    # A request over the longest answer counts as the longest (validation refuses it later).
+    assert admission.admit("smol", 10_000).work == pytest.approx(0.3 + 3.2)
+
+
+def test_a_request_alone_is_admitted_even_if_it_cannot_meet_the_target() -> None:
+    admission = Admission(limits(target=1))
+    alone = admission.admit("smol")  # 25.6 s on its own: waiting would not make it faster
+    with pytest.raises(Overloaded) as refused:
+        admission.admit("smol", 1)
+    # 3.2 s of work ahead + 0.1 s of its own, 1 s target: 2.3 s to drain, in whole seconds.
+    assert refused.value.retry_after == 3
+    alone.release()
+    admission.admit("smol", 1)
+
+
+def test_gateways_share_the_bound_each_counting_its_backlog_once_per_gateway() -> None:
+    """Two gateways behind a load balancer: each admits while twice its own backlog plus the
+    latency fits, so both together hold what one gateway alone would."""
+    one, each = Admission(limits(target=8, request=1.0)), Admission(limits(target=8, request=1.0))
+    each.gateways = 2
+    alone = [one.admit("smol", 8) for _ in range(6)]
+    with pytest.raises(Overloaded):
+        one.admit("smol", 8)
+    shared = [each.admit("smol", 8) for _ in range(3)]  # 2 x 3.3 + 1.8 = 8.4 > 8 for a 4th
+    with pytest.raises(Overloaded, match="across 2 gateways"):
+        each.admit("smol", 8)
+    assert 2 * each.backlog("smol") == pytest.approx(one.backlog("smol")) and len(
+        shared
+    ) * 2 == len(alone)
+    assert each.drain_seconds("smol") == 7  # 2 x 3.3 s held by both
 
 
 def test_a_ticket_is_released_when_its_request_fails() -> None:
-    admission = Admission(Limits(max_num_seqs=1, queue_bound=0, batch_seconds=1))
+    admission = Admission(limits(target=1))
     with pytest.raises(RuntimeError), admission.admit("smol"):
         raise RuntimeError("the workflow failed")
     assert admission.in_flight("smol") == 0
-    assert admission._in_flight == {}  # nothing kept for an idle model
+    assert admission._in_flight == {} and admission._work == {}  # nothing kept for an idle model
     admission.admit("smol").release()
 
 
-@pytest.mark.parametrize(("seconds", "retry_after"), [(0.001, 1), (1.0, 1), (1.2, 2), (25.6, 26)])
-def test_retry_after_is_whole_seconds_and_at_least_one(seconds: float, retry_after: int) -> None:
-    assert Limits(max_num_seqs=1, queue_bound=0, batch_seconds=seconds).retry_after == retry_after
+@given(
+    fixed=st.floats(0, 5),
+    prefill=st.floats(0, 0.01),
+    per_token=st.floats(0.001, 1),
+    seqs=st.integers(1, 64),
+    target=st.floats(1, 600),
+    answers=st.lists(st.integers(1, 512), min_size=1, max_size=60),
+)
+def test_whatever_is_admitted_is_predicted_to_finish_within_the_target(
+    fixed: float,
+    prefill: float,
+    per_token: float,
+    seqs: int,
+    target: float,
+    answers: list[int],
+) -> None:
+    admission = Admission(
+        Limits(
+            costs=costs(request=fixed, prefill=prefill, per_token=per_token, seqs=seqs),
+            target_seconds=target,
+            max_answer_tokens=512,
+        )
+    )
+    for n, tokens in enumerate(answers):
+        ahead = admission.backlog("m")
+        try:
+            ticket = admission.admit("m", tokens, prompt_tokens=50)
+        except Overloaded as refused:
+            assert refused.decision.finish > target
+            assert refused.retry_after >= 1
+            continue
+        if n and admission.in_flight("m") > 1:
+            assert ahead + ticket.decision.latency <= target * (1 + 1e-9)
 
 
-def test_limits_follow_the_settings_unless_the_bound_is_given() -> None:
+def test_limits_follow_the_settings() -> None:
     derived = Limits.from_settings(Settings().llm)
-    assert (derived.max_num_seqs, derived.queue_bound) == (8, 8)
-    assert math.isclose(derived.batch_seconds, 25.6) and derived.capacity == 16
-    tight = Settings(llm_p99_target_seconds=30, llm_per_token_seconds=0.05, llm_max_num_seqs=4)
-    assert Limits.from_settings(tight.llm).queue_bound == 4  # T = 12.8 s: one batch waits
-    given = Settings(llm_queue_bound=0, llm_max_num_seqs=1)
-    assert Limits.from_settings(given.llm).capacity == 1
+    assert derived.target_seconds == 60 and derived.max_answer_tokens == 256
+    llm = Settings().llm
+    assert derived.costs == Costs(
+        request_seconds=llm.request_seconds,
+        prefill_seconds_per_token=llm.prefill_seconds_per_token,
+        per_token_seconds=llm.per_token_seconds,
+        max_num_seqs=8,
+    )
+    tight = Settings(llm_request_seconds=2, llm_per_token_seconds=0.1, llm_max_num_seqs=4)
+    assert Limits.from_settings(tight.llm).costs.work(0, 4) == pytest.approx(2.1)
 
 
 def test_the_access_timeout_is_one_and_a_half_times_the_measured_p99_unless_set() -> None:
@@ -139,7 +185,9 @@ def test_the_access_timeout_is_one_and_a_half_times_the_measured_p99_unless_set(
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("llm_queue_bound", -1),
+        ("llm_request_seconds", -1),
+        ("llm_prefill_seconds_per_token", -0.1),
+        ("gateway_heartbeat_seconds", 0),
         ("llm_per_token_seconds", 0),
         ("llm_p99_target_seconds", 0),
         ("llm_inference_p99_seconds", 4_000),
@@ -153,7 +201,9 @@ def test_out_of_range_admission_settings_are_refused(field: str, value: object) 
 
 
 def window(size: int) -> Admission:
-    return Admission(Limits(max_num_seqs=8, queue_bound=100, batch_seconds=2, start_window=size))
+    return Admission(
+        Limits(costs=costs(), target_seconds=600, max_answer_tokens=8, start_window=size)
+    )
 
 
 async def test_the_start_window_lets_a_batch_on_and_the_rest_follow_in_arrival_order() -> None:
@@ -206,6 +256,28 @@ async def test_a_place_handed_to_a_cancelled_waiter_goes_on_to_the_next() -> Non
     await asyncio.gather(waiters[0], return_exceptions=True)
     await waiters[1]
     assert not second.in_window and third.in_window and admission.in_window("m") == 1
+
+
+async def test_many_waiters_giving_up_while_places_are_given_up_all_leave_cleanly() -> None:
+    """A burst's waiters time out together while the holders give their places up: a place
+    handed on skips (and takes out of the line) a waiter already cancelled, whose own clean-up
+    then finds it gone. Each must end with its TimeoutError, never another error."""
+    admission = window(2)
+    holders = [admission.admit("m") for _ in range(2)]
+    for holder in holders:
+        await holder.take_turn()
+    waiters = [admission.admit("m") for _ in range(20)]
+    tasks = [asyncio.create_task(asyncio.wait_for(w.take_turn(), 0.05)) for w in waiters]
+    await asyncio.sleep(0.05)
+    for task in tasks[:10]:
+        task.cancel()  # as their timeouts fire,
+    for holder in holders:
+        holder.release()  # the places are given up
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(
+        o is None or isinstance(o, (TimeoutError, asyncio.CancelledError)) for o in outcomes
+    ), outcomes
+    assert admission.waiting("m") == 0
 
 
 async def test_models_have_windows_of_their_own_and_zero_means_none() -> None:

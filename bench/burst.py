@@ -89,7 +89,7 @@ def parse_timing(header: str) -> dict[str, float]:
     }
 
 
-async def ask(http: httpx.AsyncClient, url: str, key: str, n: int, q: str, tokens: int,
+async def ask(http: httpx.AsyncClient, url: str, key: str, q: str, tokens: int,
               streamed: bool, gateway: int) -> Sent:  # fmt: skip
     # A unique start: the engine's prefix cache serves the retrieved passages that repeat (they
     # come first in the prompt), never the question itself, as with users' own questions.
@@ -219,9 +219,9 @@ class Backlogs:
     """Polls every gateway's backlog gauge; the most the gateways held together at once."""
 
     def __init__(self, urls: list[str]) -> None:
-        self.urls, self.peak, self._task = urls, 0.0, None
+        self.urls, self.peak = urls, 0.0
 
-    async def _poll(self, http: httpx.AsyncClient) -> None:
+    async def poll(self, http: httpx.AsyncClient) -> None:
         while True:
             total = 0.0
             for url in self.urls:
@@ -248,7 +248,6 @@ async def burst(http: httpx.AsyncClient, urls: list[str], key: str, requests: in
                     http,
                     urls[n % len(urls)],
                     key,
-                    n,
                     question or QUESTIONS[n % len(QUESTIONS)],
                     tokens,
                     streamed,
@@ -295,7 +294,7 @@ async def run_sides(sides: list[str], requests: int, tokens: int) -> list[dict[s
                 await asyncio.sleep(2 * settings.gateway.heartbeat_seconds)  # they see each other
                 for streamed in (True, False):
                     backlogs = Backlogs(urls)
-                    poller = asyncio.create_task(backlogs._poll(http))
+                    poller = asyncio.create_task(backlogs.poll(http))
                     print(f"side {side}: {requests} {'streamed' if streamed else 'plain'} ...",
                           flush=True)  # fmt: skip
                     began = time.monotonic()

@@ -14,7 +14,6 @@ from it (`Deadline`).
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import uuid
@@ -28,11 +27,13 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError
 
 from durable_rag.client import IdempotencyConflict, RagClient
+from gateway import door
+from gateway.door import Cost
 from gateway.errors import http_error, stream_error
 from gateway.middleware import mark
 from gateway.streams import Deadline, in_background, text_events
-from ragkit.admission import Admission, Overloaded, Ticket
-from ragkit.metrics import ANSWER_TIMEOUTS, GATEWAY_BACKLOG, GATEWAY_REJECTED
+from ragkit.admission import Overloaded, Ticket
+from ragkit.metrics import ANSWER_TIMEOUTS, GATEWAY_REJECTED
 from ragkit.retrieval import estimate_tokens
 from ragkit.settings import Settings
 from ragkit.streaming import TokenListener
@@ -61,30 +62,21 @@ def prompt_tokens(*texts: str) -> int:
     return sum(estimate_tokens(text) for text in texts if text)
 
 
-async def admit(
-    request: Request,
-    admission: Admission,
-    rag: RagClient,
-    model: str | None,
-    tokens: int,
-    prompt: int = 0,
-) -> Ticket:
-    """A ticket for one live request of `model` (None: the default model) that brings `prompt`
-    tokens of its own and answers in up to `tokens`; or 429 with Retry-After when it would finish
-    after the latency target (ragkit/admission.py)."""
-    chosen = model or await rag.default_model()
-    label = model_label(chosen, model, rag.settings)
+async def admitted(request: Request, cost: Cost) -> Ticket:
+    """The request's ticket: the door's (gateway/door.py), or, for a body the door could not
+    read a cost from, one taken here; 429 with Retry-After when it would finish after the
+    latency target (ragkit/admission.py)."""
+    ticket: Ticket | None = getattr(request.state, "ticket", None)
+    if ticket is not None:
+        return ticket
+    route = getattr(request.scope.get("route"), "path", None) or "unmatched"
     try:
-        ticket = admission.admit(chosen, tokens, prompt)
+        ticket = await door.admit(request.app.state, route, cost)
     except Overloaded as exc:
-        mark(request.state, "admit")
-        route = getattr(request.scope.get("route"), "path", None) or "unmatched"
-        GATEWAY_REJECTED.labels(route, label).inc()
-        log.warning("refused %s: %s", route, exc)
         raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from exc
-    mark(request.state, "admit")
-    # Read at each scrape, so it falls as tickets are released.
-    GATEWAY_BACKLOG.labels(label).set_function(functools.partial(admission.backlog, chosen))
+    finally:
+        mark(request.state, "admit")
+    request.state.ticket = ticket
     return ticket
 
 
@@ -98,7 +90,7 @@ async def take_turn(request: Request, ticket: Ticket, deadline: Deadline) -> Non
         ticket.release()
         route = getattr(request.scope.get("route"), "path", None) or "unmatched"
         GATEWAY_REJECTED.labels(
-            route, model_label(ticket.model, None, request.app.state.settings)
+            route, door.model_label(ticket.model, None, request.app.state.settings)
         ).inc()
         retry = ticket.retry_after
         raise HTTPException(
@@ -109,15 +101,6 @@ async def take_turn(request: Request, ticket: Ticket, deadline: Deadline) -> Non
         ) from exc
     finally:
         mark(request.state, "turn")
-
-
-def model_label(chosen: str, requested: str | None, settings: Settings) -> str:
-    """A bounded metric label: a model the request names is kept only if it is configured."""
-    if requested is None:
-        return chosen  # the settings' or the default alias: the operator's names
-    known = {settings.llm.name, settings.llm.fallback_model}
-    known |= {settings.router.small_model, settings.router.large_model}
-    return chosen if chosen in known else "other"
 
 
 async def client_left(request: Request) -> None:

@@ -11,8 +11,8 @@ conversation turn) gets its answer workflow cancelled, and the cancellation reac
 (R6); so does a request past the access timeout (`Settings.access_timeout_seconds`, 504).
 
 Admission (ragkit/admission.py): a live request that would finish after the latency target (the
-work admitted before it, plus its own latency) gets 429 with Retry-After at once, and starts no
-workflow. Gateways share that bound by their heartbeats (gateway/peers.py). The access timeout
+work admitted before it, plus its own latency) gets 429 with Retry-After at once, at the door
+(gateway/door.py: before routing and the key lookup), and starts no workflow. Gateways share that bound by their heartbeats (gateway/peers.py). The access timeout
 counts from a request's arrival.
 
 `create_app` puts what endpoints share on `app.state` (gateway/deps.py reads it from there) and
@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from durable_rag.client import RagClient
 from gateway import errors
+from gateway.door import Door
 from gateway.middleware import BodyLimit, RequestId
 from gateway.peers import Peers
 from gateway.routers import (
@@ -109,4 +110,6 @@ def create_app(settings: Settings, rag: RagClient | None = None) -> FastAPI:
             allow_methods=["POST"],
             allow_headers=["authorization", "content-type", "x-namespace"],
         )
-    return RequestId(BodyLimit(app, settings.gateway.max_body_bytes))  # type: ignore[return-value]
+    # Live requests are admitted at the door, before routing, validation or the key lookup.
+    door = Door(app, [*answers.LIVE, *openai.LIVE, *conversations.LIVE])
+    return RequestId(BodyLimit(door, settings.gateway.max_body_bytes))  # type: ignore[return-value]

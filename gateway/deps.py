@@ -1,6 +1,6 @@
 """What endpoints depend on, as `Annotated[..., Depends(...)]` aliases: the shared state that
-`create_app` puts on `app.state` (admission: the in-flight generations per model), and the
-tenant an API key authenticates (gateway/warm.py keeps the keys in use checked)."""
+`create_app` puts on `app.state`, and the tenant an API key authenticates (gateway/warm.py keeps
+the keys in use checked). Admission is not here: the door takes it first (gateway/door.py)."""
 
 import asyncio
 from typing import Annotated
@@ -10,7 +10,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from durable_rag.client import RagClient
 from gateway.warm import ApiKeys, Refresher
-from ragkit.admission import Admission
 from ragkit.settings import Settings
 from ragkit.streaming import TokenListener
 
@@ -36,16 +35,10 @@ async def get_listener(request: Request) -> TokenListener:
     return listener
 
 
-async def get_admission(request: Request) -> Admission:
-    admission: Admission = request.app.state.admission
-    return admission
-
-
 AppSettings = Annotated[Settings, Depends(get_settings)]
 Rag = Annotated[RagClient, Depends(get_rag)]
 Sessions = Annotated[sessionmaker[Session], Depends(get_sessions)]
 Listener = Annotated[TokenListener, Depends(get_listener)]
-Admit = Annotated[Admission, Depends(get_admission)]
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -1,6 +1,7 @@
 """Answers with citations: `/v1/ask`, and its Server-Sent Events stream.
 
-Both are admitted first (429 with Retry-After when the model is full, nothing started), and
+Both are admitted first, at the door (429 with Retry-After when the model is full, nothing
+started: gateway/door.py), and
 both cancel the answer's run when the client leaves or the access timeout passes. The stream
 also waits its turn in the model's start window before its run starts (ragkit/admission.py)."""
 
@@ -9,7 +10,7 @@ from sse_starlette import EventSourceResponse
 
 from gateway.answering import (
     ASK_STREAM,
-    admit,
+    admitted,
     answer_events,
     deadline_of,
     finish_answer,
@@ -19,11 +20,20 @@ from gateway.answering import (
     start_streamed_answer,
     take_turn,
 )
-from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
+from gateway.deps import AppSettings, Listener, Rag, Tenant
+from gateway.door import Cost, LiveRoute
+from ragkit.settings import Settings
 from schemas.answer import Answer, AskRequest
 from schemas.gateway import AskBody
 
 router = APIRouter()
+
+
+def cost(body: AskBody, settings: Settings) -> Cost:
+    return Cost(body.model, body.max_answer_tokens, prompt_tokens(body.question))
+
+
+LIVE = [LiveRoute("/v1/ask", AskBody, cost), LiveRoute(ASK_STREAM, AskBody, cost)]
 
 
 @router.post("/v1/ask", response_model=Answer)
@@ -33,14 +43,12 @@ async def ask(
     tenant: Tenant,
     rag: Rag,
     settings: AppSettings,
-    admission: Admit,
 ) -> Answer:
     """The answer (citations, timings, degradations). A client that leaves before it is done
     cancels it, and generation stops."""
     ask_request = AskRequest(tenant=tenant, **body.model_dump())
     deadline = deadline_of(request, settings)
-    tokens, prompt = ask_request.max_answer_tokens, prompt_tokens(body.question)
-    with await admit(request, admission, rag, body.model, tokens, prompt) as ticket:
+    with await admitted(request, cost(body, settings)) as ticket:
         handle = await start_answer(
             rag, ask_request, request.state.request_key, model=ticket.model, request=request
         )
@@ -59,14 +67,12 @@ async def ask_stream(
     rag: Rag,
     listener: Listener,
     settings: AppSettings,
-    admission: Admit,
 ) -> EventSourceResponse:
     """Server-Sent Events: `start`, `token`..., then `answer` (citations, timings,
     degradations) or `error`. Leaving early cancels the answer."""
     ask_request = AskRequest(tenant=tenant, **body.model_dump())
     deadline = deadline_of(request, settings)
-    tokens, prompt = ask_request.max_answer_tokens, prompt_tokens(body.question)
-    ticket = await admit(request, admission, rag, body.model, tokens, prompt)
+    ticket = await admitted(request, cost(body, settings))
     try:
         await take_turn(request, ticket, deadline)
         handle, stream_id, queue = await start_streamed_answer(

@@ -1,7 +1,7 @@
 """Conversations: send a message (a turn, or its Server-Sent Events stream), read the history,
 delete it.
 
-A message is admitted like an answer (429 with Retry-After, nothing started). A client that
+A message is admitted at the door like an answer (429 with Retry-After, nothing started). A client that
 leaves, or a turn past the access timeout, stops the turn (`RagClient.cancel_turn`): its answer
 and generation are cancelled, the user turn stays stored and no assistant turn is; a retry with
 the same message id gets 409, a new message id asks again."""
@@ -21,7 +21,7 @@ from durable_rag.client import RagClient
 from gateway.answering import (
     CLIENT_LEFT,
     ClientLeft,
-    admit,
+    admitted,
     deadline_of,
     open_stream,
     prompt_tokens,
@@ -29,7 +29,8 @@ from gateway.answering import (
     take_turn,
     until_done,
 )
-from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
+from gateway.deps import AppSettings, Listener, Rag, Tenant
+from gateway.door import Cost, LiveRoute
 from gateway.errors import http_error, stream_error
 from gateway.streams import Deadline, in_background, text_events
 from ragkit.metrics import ANSWER_TIMEOUTS
@@ -40,6 +41,7 @@ from schemas.gateway import MessageBody
 
 router = APIRouter()
 log = logging.getLogger("durable_rag.gateway")
+TURN = "/v1/conversations/{conversation_id}/messages"
 TURN_STREAM = "/v1/conversations/{conversation_id}/messages/stream"
 
 ConversationIdPath = Annotated[str, Path(pattern=CONVERSATION_ID_PATTERN)]
@@ -52,10 +54,14 @@ def check_message(rag: RagClient, body: MessageBody) -> None:
         raise HTTPException(422, str(exc)) from exc
 
 
-def brought(body: MessageBody, settings: Settings) -> int:
+def cost(body: MessageBody, settings: Settings) -> Cost:
     """A turn's own prompt tokens, as admission counts them: its message and, at most, the
     conversation's history budget (stored, so unknown here until the turn reads it)."""
-    return prompt_tokens(body.message) + settings.conversation.history_tokens
+    prompt = prompt_tokens(body.message) + settings.conversation.history_tokens
+    return Cost(None, body.max_answer_tokens, prompt)
+
+
+LIVE = [LiveRoute(TURN, MessageBody, cost), LiveRoute(TURN_STREAM, MessageBody, cost)]
 
 
 def message_id(body: MessageBody, request: Request) -> str:
@@ -92,7 +98,7 @@ async def stop_turn(
         log.warning("could not stop the turn of %s in %s: %s", message, conversation_id, exc)
 
 
-@router.post("/v1/conversations/{conversation_id}/messages", response_model=ChatReply)
+@router.post(TURN, response_model=ChatReply)
 async def send_message(
     conversation_id: ConversationIdPath,
     body: MessageBody,
@@ -100,14 +106,12 @@ async def send_message(
     tenant: Tenant,
     rag: Rag,
     settings: AppSettings,
-    admission: Admit,
 ) -> ChatReply:
     """The reply. A client that leaves before it comes, or the access timeout, stops the turn."""
     check_message(rag, body)
     deadline = deadline_of(request, settings)
     stop = functools.partial(stop_turn, rag, conversation_id, tenant, message_id(body, request))
-    prompt = brought(body, settings)
-    with await admit(request, admission, rag, None, body.max_answer_tokens, prompt):
+    with await admitted(request, cost(body, settings)):
         try:
             return await until_done(
                 send(rag, conversation_id, body, request, tenant), request, deadline.left()
@@ -138,14 +142,12 @@ async def send_message_stream(
     rag: Rag,
     listener: Listener,
     settings: AppSettings,
-    admission: Admit,
 ) -> EventSourceResponse:
     """Server-Sent Events: `token`..., then `reply` (the ChatReply) or `error`. A client that
     leaves stops the turn (its user turn stays stored, no reply is)."""
     check_message(rag, body)
     deadline = deadline_of(request, settings)
-    prompt = brought(body, settings)
-    ticket = await admit(request, admission, rag, None, body.max_answer_tokens, prompt)
+    ticket = await admitted(request, cost(body, settings))
     try:
         await take_turn(request, ticket, deadline)
         stream_id, queue = await open_stream(listener)

@@ -1,6 +1,6 @@
 """OpenAI compatibility: `/v1/models` and `/v1/chat/completions` (plain or streamed), answered
 by the answer flow. The request and response shapes are `gateway.openai_compat`'s. Completions
-are admitted like `/v1/ask` (429 with Retry-After, OpenAI's error shape), and a client that
+are admitted at the door like `/v1/ask` (429 with Retry-After, OpenAI's error shape), and a client that
 leaves or times out cancels its answer."""
 
 import asyncio
@@ -14,7 +14,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from gateway import openai_compat
 from gateway.answering import (
-    admit,
+    admitted,
     cancel_later,
     deadline_of,
     finish_answer,
@@ -24,17 +24,37 @@ from gateway.answering import (
     start_streamed_answer,
     take_turn,
 )
-from gateway.deps import Admit, AppSettings, Listener, Rag, Tenant
+from gateway.deps import AppSettings, Listener, Rag, Tenant
+from gateway.door import Cost, LiveRoute
 from gateway.errors import http_error, stream_failed
 from gateway.streams import Deadline, Reset, Token, relay
 from ragkit.metrics import ANSWER_TIMEOUTS
+from ragkit.settings import Settings
 from ragkit.streaming import TokenListener
-from schemas.answer import Answer
+from schemas.answer import Answer, AskRequest, ConversationWindow
 from schemas.gateway import ChatCompletionBody
 
 router = APIRouter()
 log = logging.getLogger("durable_rag.gateway")
 COMPLETIONS = "/v1/chat/completions"
+
+
+def read(
+    body: ChatCompletionBody, tenant: str, settings: Settings
+) -> tuple[AskRequest, ConversationWindow | None]:
+    """The question (with the model to prefer) and the history; LookupError for a model not
+    served, ValueError for no question."""
+    model = openai_compat.resolve_model(body.model, settings)
+    return openai_compat.to_ask(body, tenant, model, settings.conversation.history_tokens)
+
+
+def cost(body: ChatCompletionBody, settings: Settings) -> Cost:
+    ask_request, history = read(body, settings.default_tenant, settings)
+    brought = [ask_request.question, *(turn.content for turn in (history.turns if history else []))]
+    return Cost(ask_request.model, ask_request.max_answer_tokens, prompt_tokens(*brought))
+
+
+LIVE = [LiveRoute(COMPLETIONS, ChatCompletionBody, cost)]
 
 
 @router.get("/v1/models")
@@ -50,25 +70,19 @@ async def chat_completions(
     rag: Rag,
     listener: Listener,
     settings: AppSettings,
-    admission: Admit,
 ) -> dict[str, Any] | EventSourceResponse:
     """OpenAI's chat completions, answered with retrieval: the last message is the
     question, earlier user and assistant messages are the conversation so far. The answer's
     citations come as an extra `citations` field."""
     try:
-        model = openai_compat.resolve_model(body.model, settings)
-        ask_request, history = openai_compat.to_ask(
-            body, tenant, model, settings.conversation.history_tokens
-        )
+        ask_request, history = read(body, tenant, settings)
     except LookupError as exc:
         raise HTTPException(404, str(exc)) from exc
     except ValueError as exc:
         raise HTTPException(400, str(exc)) from exc
     request_key = request.state.request_key
     deadline = deadline_of(request, settings)
-    brought = [ask_request.question, *(turn.content for turn in (history.turns if history else []))]
-    tokens, prompt = ask_request.max_answer_tokens, prompt_tokens(*brought)
-    ticket = await admit(request, admission, rag, model, tokens, prompt)
+    ticket = await admitted(request, cost(body, settings))
     if not body.stream:
         with ticket:
             handle = await start_answer(

@@ -1,0 +1,183 @@
+"""The door: a live request is admitted (ragkit/admission.py) before anything else of it runs.
+
+A plain ASGI middleware between the body limit and FastAPI. For a live route (each router lists
+its own in `LIVE`) it reads the body, reads the request's cost from it with the route's own
+function, and admits it, or answers 429 with Retry-After at once: no key lookup, no routing, no
+validation, no workflow. Through FastAPI a refusal came ~0.8 s after its arrival on a gateway
+saturated by a burst of 600 (bench/burst.py), as every request's dependencies ran first; at the
+door it is the time to parse one body and compare two numbers.
+
+So a refusal says nothing about the key: past capacity, a request gets 429 whether its key is
+good or not, as rate limits commonly answer before authentication. An admitted request is
+authenticated as before, and its ticket released if it is not.
+
+A body the route's cost function cannot read goes on without a ticket: the endpoint says what is
+wrong (422, 400, 404), and admits the request itself if it gets that far
+(`gateway.answering.admitted`). The ticket rides in the request's state; the door releases it
+when the request ends, however it ends (a release is idempotent: an endpoint that released it
+first, as a stream does at its end, loses nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from gateway import openai_compat
+from gateway.middleware import Message, Receive, Scope, Send
+from ragkit.admission import Admission, Overloaded, Ticket
+from ragkit.metrics import GATEWAY_BACKLOG, GATEWAY_REJECTED
+from ragkit.settings import Settings
+
+log = logging.getLogger("durable_rag.gateway")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What admission counts of one live request (ragkit/admission.py)."""
+
+    model: str | None  # as the request names it; None: the default model
+    answer_tokens: int | None  # None: the longest answer
+    prompt_tokens: int  # of its own: question, history
+
+
+@dataclass(frozen=True)
+class LiveRoute:
+    """A route whose requests are admitted at the door."""
+
+    template: str  # as FastAPI names the route: the metrics' label
+    body: type[BaseModel]
+    # The request's cost from its parsed body; ValueError or LookupError when it cannot say
+    # (the endpoint then answers the error).
+    cost: Callable[[Any, Settings], Cost]
+    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # "/v1/conversations/{conversation_id}/messages" -> one path segment per parameter.
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(self.template))
+        object.__setattr__(self, "pattern", re.compile(pattern))
+
+
+def model_label(chosen: str, requested: str | None, settings: Settings) -> str:
+    """A bounded metric label: a model the request names is kept only if it is configured."""
+    if requested is None:
+        return chosen  # the settings' or the default alias: the operator's names
+    known = {settings.llm.name, settings.llm.fallback_model}
+    known |= {settings.router.small_model, settings.router.large_model}
+    return chosen if chosen in known else "other"
+
+
+_watched: set[tuple[int, str]] = set()
+
+
+def _watch_backlog(admission: Admission, model: str, label: str) -> None:
+    """The backlog gauge of `model`, read at each scrape (so it falls as tickets are released);
+    bound once per admission and model."""
+    if (id(admission), model) not in _watched:
+        _watched.add((id(admission), model))
+        GATEWAY_BACKLOG.labels(label).set_function(lambda: admission.backlog(model))
+
+
+async def admit(app_state: Any, route: str, cost: Cost) -> Ticket:
+    """A ticket for a live request of `route` that costs `cost`; Overloaded (counted and
+    logged) when it would finish after the latency target. `app_state`: the FastAPI app's."""
+    settings: Settings = app_state.settings
+    admission: Admission = app_state.admission
+    chosen = cost.model or await app_state.rag.default_model()
+    label = model_label(chosen, cost.model, settings)
+    try:
+        ticket = admission.admit(chosen, cost.answer_tokens, cost.prompt_tokens)
+    except Overloaded as exc:
+        GATEWAY_REJECTED.labels(route, label).inc()
+        log.warning("refused %s: %s", route, exc)
+        raise
+    _watch_backlog(admission, chosen, label)
+    return ticket
+
+
+def refusal(path: str, exc: Overloaded) -> JSONResponse:
+    """The 429 of a refused request, in its endpoint's error shape (OpenAI's for its paths)."""
+    headers = {"Retry-After": str(exc.retry_after)}
+    if path in openai_compat.PATHS:
+        return JSONResponse(json.loads(openai_compat.error(429, str(exc))), 429, headers)
+    return JSONResponse({"detail": str(exc)}, 429, headers)
+
+
+class Door:
+    """Admits the requests of `routes` before the app runs; see the module's docstring."""
+
+    def __init__(self, app: Any, routes: list[LiveRoute]) -> None:
+        self.app, self.routes = app, routes
+
+    @property
+    def state(self) -> Any:
+        return self.app.state
+
+    def live(self, scope: Scope) -> LiveRoute | None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return None
+        return next((r for r in self.routes if r.pattern.fullmatch(scope["path"])), None)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self.live(scope)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        first = await whole_body(receive)
+        cost = None
+        if first["type"] == "http.request":
+            try:
+                cost = route.cost(
+                    route.body.model_validate_json(first["body"]), self.state.settings
+                )
+            except (ValueError, LookupError):
+                cost = None  # the endpoint answers what is wrong with it
+        ticket = None
+        state = scope.setdefault("state", {})
+        if cost is not None:
+            try:
+                ticket = await admit(self.state, route.template, cost)
+            except Overloaded as exc:
+                # The route FastAPI would have matched: the HTTP metrics' label (RequestId).
+                scope["route"] = SimpleNamespace(path=route.template)
+                state.setdefault("timing", []).append(("admit", time.monotonic()))
+                await refusal(scope["path"], exc)(scope, receive, send)
+                return
+            state.setdefault("timing", []).append(("admit", time.monotonic()))
+            state["ticket"] = ticket
+        try:
+            await self.app(scope, replay(first, receive), send)
+        finally:
+            if ticket is not None:
+                ticket.release()
+
+
+async def whole_body(receive: Receive) -> Message:
+    """The request's body as one message (or the disconnect that came instead)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return message
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+
+def replay(first: Message, receive: Receive) -> Receive:
+    """`receive` that gives `first` once, then whatever comes next (a disconnect)."""
+    pending = [first]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed

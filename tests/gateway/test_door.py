@@ -1,0 +1,198 @@
+"""The door (gateway/door.py) in front of a small Starlette app: a live request past capacity is
+refused before the app runs, an admitted one reaches it with its body and ticket, and its ticket
+is released however it ends. The real gateway's refusals, on the real stack, are
+tests/gateway/test_overload.py's."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gateway import door
+from gateway.door import Cost, Door, LiveRoute
+from gateway.routers import answers, conversations, openai
+from ragkit.admission import Admission, Costs, Limits, Overloaded
+from ragkit.retrieval import estimate_tokens
+from ragkit.settings import Settings
+from schemas.gateway import AskBody, ChatCompletionBody, MessageBody
+
+MODEL = "m"
+
+
+def admission(target: float = 10) -> Admission:
+    """A request of 8 answer tokens costs 1 s of work and 1.8 s of latency."""
+    costs = Costs(
+        request_seconds=1, prefill_seconds_per_token=0, per_token_seconds=0.1, max_num_seqs=8
+    )
+    return Admission(Limits(costs=costs, target_seconds=target, max_answer_tokens=256))
+
+
+class Inner:
+    """The app behind the door: records what reached it."""
+
+    def __init__(self, gate: Admission, fail: bool = False) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.fail = fail
+        self.app = Starlette(routes=[Route("/v1/ask", self.ask, methods=["POST"])])
+        self.app.state.settings = Settings()
+        self.app.state.admission = gate
+        self.app.state.rag = None  # every request here names its model
+
+    async def ask(self, request: Request) -> JSONResponse:
+        ticket = getattr(request.state, "ticket", None)
+        self.calls.append(
+            {
+                "body": await request.json(),
+                "in_flight": request.app.state.admission.in_flight(MODEL),
+                "ticket": ticket,
+            }
+        )
+        if self.fail:
+            raise RuntimeError("the endpoint failed")
+        return JSONResponse({"ok": True})
+
+
+def client(inner: Inner) -> httpx.AsyncClient:
+    route = LiveRoute("/v1/ask", AskBody, answers.cost)
+    transport = httpx.ASGITransport(app=Door(inner.app, [route]), raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://door")
+
+
+ASK = {"question": "What is X?", "max_answer_tokens": 8, "model": MODEL}
+
+
+async def test_an_admitted_request_reaches_the_app_with_its_body_and_ticket_released_after() -> (
+    None
+):
+    gate = admission()
+    inner = Inner(gate)
+    async with client(inner) as http:
+        response = await http.post("/v1/ask", json=ASK)
+    assert response.status_code == 200, response.text
+    [call] = inner.calls
+    assert call["body"] == ASK  # replayed whole
+    assert call["in_flight"] == 1 and call["ticket"] is not None
+    assert gate.in_flight(MODEL) == 0 and gate.backlog(MODEL) == 0
+
+
+async def test_past_capacity_the_request_is_refused_at_the_door_and_the_app_never_runs() -> None:
+    gate = admission(target=10)
+    held = [gate.admit(MODEL, 8) for _ in range(8)]  # 1 s + 8 x 0.1 / 8: 1.1 s each
+    inner = Inner(gate)
+    async with client(inner) as http:
+        # No key at all: a refusal comes before the key is looked at.
+        response = await http.post("/v1/ask", json=ASK)
+    assert response.status_code == 429, response.text
+    # 8 x 1.1 s ahead + 1.8 s of its own: 10.6 s, 0.6 s past the target.
+    assert response.headers["Retry-After"] == "1"
+    assert "past the 10 s latency target" in response.json()["detail"]
+    assert inner.calls == []
+    assert gate.in_flight(MODEL) == 8 and gate.refused == 1
+    for ticket in held:
+        ticket.release()
+
+
+async def test_a_failing_endpoint_still_gives_its_ticket_back() -> None:
+    gate = admission()
+    inner = Inner(gate, fail=True)
+    async with client(inner) as http:
+        response = await http.post("/v1/ask", json=ASK)
+    assert response.status_code == 500
+    assert len(inner.calls) == 1 and gate.in_flight(MODEL) == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{not json", json.dumps({"question": ""}).encode(), json.dumps({"model": "M!"}).encode()],
+    ids=["not-json", "empty-question", "bad-model"],
+)
+async def test_a_body_the_door_cannot_read_goes_on_without_a_ticket(body: bytes) -> None:
+    gate = admission()
+    gate.admit(MODEL, 4096)  # full: a readable body would be refused
+    inner = Inner(gate)
+    route = LiveRoute("/v1/ask", AskBody, answers.cost)
+    # A plain ASGI call: the app reads the body it was replayed, whatever it is.
+    seen: list[bytes] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append((await receive())["body"])
+        await JSONResponse({"endpoint": True}, 422)(scope, receive, send)
+
+    app.state = inner.app.state  # type: ignore[attr-defined]
+    transport = httpx.ASGITransport(app=Door(app, [route]))
+    async with httpx.AsyncClient(transport=transport, base_url="http://door") as http:
+        response = await http.post("/v1/ask", content=body)
+    assert response.status_code == 422 and seen == [body]
+    assert gate.refused == 0 and gate.in_flight(MODEL) == 1
+
+
+def test_the_gateways_live_routes_are_its_answering_endpoints_and_only_those() -> None:
+    routes = [*answers.LIVE, *openai.LIVE, *conversations.LIVE]
+    guard = Door(None, routes)
+
+    def matched(method: str, path: str) -> str | None:
+        found = guard.live({"type": "http", "method": method, "path": path})
+        return found.template if found else None
+
+    assert matched("POST", "/v1/ask") == "/v1/ask"
+    assert matched("POST", "/v1/ask/stream") == "/v1/ask/stream"
+    assert matched("POST", "/v1/chat/completions") == "/v1/chat/completions"
+    assert matched("POST", "/v1/conversations/c-1/messages") == conversations.TURN
+    assert matched("POST", "/v1/conversations/c-1/messages/stream") == conversations.TURN_STREAM
+    assert matched("GET", "/v1/conversations/c-1") is None
+    assert matched("POST", "/v1/conversations/a/b/messages") is None
+    assert matched("POST", "/v1/documents") is None
+    assert matched("GET", "/v1/ask") is None
+    # Each is a POST route of its router, under the same template (the metrics' label).
+    posts = {
+        getattr(r, "path", "")
+        for area in (answers, openai, conversations)
+        for r in area.router.routes
+        if "POST" in getattr(r, "methods", ())
+    }
+    assert {r.template for r in routes} == posts
+
+
+def test_costs_are_what_each_endpoint_brings() -> None:
+    settings = Settings()
+    ask = AskBody(question="one two three four", max_answer_tokens=8)
+    assert answers.cost(ask, settings) == Cost(None, 8, estimate_tokens("one two three four"))
+    chat = ChatCompletionBody.model_validate(
+        {
+            "model": "durable-rag",
+            "messages": [
+                {"role": "user", "content": "earlier question"},
+                {"role": "assistant", "content": "earlier answer"},
+                {"role": "user", "content": "the question"},
+            ],
+            "max_tokens": 16,
+        }
+    )
+    brought = sum(
+        estimate_tokens(t) for t in ("the question", "earlier question", "earlier answer")
+    )
+    assert openai.cost(chat, settings) == Cost(None, 16, brought)
+    message = MessageBody(message="hello there", max_answer_tokens=32)
+    budget = settings.conversation.history_tokens
+    assert conversations.cost(message, settings) == Cost(
+        None, 32, estimate_tokens("hello there") + budget
+    )
+
+
+def test_the_refusal_speaks_openais_shape_on_its_paths() -> None:
+    gate = admission(target=1)
+    gate.admit(MODEL, 8)
+    with pytest.raises(Overloaded) as refused:
+        gate.admit(MODEL, 8)
+    exc = refused.value
+    plain, chat = door.refusal("/v1/ask", exc), door.refusal("/v1/chat/completions", exc)
+    assert json.loads(plain.body)["detail"].startswith("overloaded:")
+    assert json.loads(chat.body)["error"]["code"] == 429
+    assert plain.headers["retry-after"] == chat.headers["retry-after"] == str(exc.retry_after)

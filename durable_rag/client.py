@@ -125,6 +125,7 @@ class RagClient:
         self._served_read_at = float("-inf")
         self._default_model = ""
         self._default_read_at = float("-inf")
+        self._default_reading: asyncio.Future[str] | None = None  # the read in flight
 
     @property
     def sessions(self) -> sessionmaker[Session]:
@@ -463,11 +464,19 @@ class RagClient:
     async def default_model(self, fresh: bool = False) -> str:
         """The model new answers go to: the `default` alias a swap sets, else the settings'.
         Read at most every DEFAULT_MODEL_TTL_SECONDS unless `fresh`: a live request's path has
-        no database round trip of its own before its workflow starts."""
+        no database round trip of its own before its workflow starts. One read at a time: the
+        requests that find the alias stale together wait for that read (a burst of 600 once
+        queued 600 reads in the worker threads, half a second for each request's admission)."""
         await self.refresh_served_models()
-        now = time.monotonic()
-        if not fresh and now - self._default_read_at < DEFAULT_MODEL_TTL_SECONDS:
+        if not fresh and time.monotonic() - self._default_read_at < DEFAULT_MODEL_TTL_SECONDS:
             return self._default_model
+        if self._default_reading is None or self._default_reading.done():
+            self._default_reading = asyncio.ensure_future(self._read_default_model())
+        # Shielded: a request that is cancelled while it waits leaves the read to the others.
+        return await asyncio.shield(self._default_reading)
+
+    async def _read_default_model(self) -> str:
+        began = time.monotonic()  # fresh from the read's start: a swap's wait counts from it
         try:
             model = await asyncio.to_thread(
                 model_alias.active, self.sessions, self.settings.llm.name
@@ -476,7 +485,7 @@ class RagClient:
             # Answering needs Postgres anyway; this keeps the error where it belongs.
             log.warning("cannot read the default model (%s); using %s", exc, self.settings.llm.name)
             return self.settings.llm.name
-        self._default_model, self._default_read_at = model, now
+        self._default_model, self._default_read_at = model, began
         return model
 
     async def refresh_served_models(self, force: bool = False) -> None:

@@ -18,8 +18,11 @@ other, whatever the batch). So a request finishes within the target when
     backlog (the work of the live requests admitted before it) + its own latency <= target
 
 and it is admitted only then. Otherwise it gets 429 at once, with nothing started, and a
-Retry-After of the seconds until enough of the backlog has drained: ceil(backlog + latency -
-target), at least 1. A request alone is always admitted: waiting could not make it faster.
+Retry-After of the seconds until there is room for it: ceil(backlog + promised + latency -
+target), at least 1, at most ten targets. `promised` is the work of the requests refused before
+it and told to come back sooner (until their time comes): a burst's refusals are spread over the
+time the machine takes to serve them, one after the other, instead of all coming back at once
+into another burst. A request alone is always admitted: waiting could not make it faster.
 
 Gateways share the bound. Each counts the work it admitted, and the gateways' heartbeats in
 Postgres (gateway/peers.py) say how many are live: with n of them behind a load balancer, each
@@ -43,7 +46,9 @@ Pure: nothing here knows about HTTP, Temporal or the engine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +58,9 @@ from ragkit.settings import LlmSettings
 
 # Keeps ceil() from turning an excess of 2.0000000001 s (float noise) into 3.
 _EPSILON = 1e-9
+# The longest Retry-After, in latency targets: clients that ignore theirs cannot push everyone
+# else's out without end.
+RETRY_AFTER_TARGETS = 10
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,8 @@ class Decision:
     latency: float  # this request's own, on an idle machine
     target: float
     gateways: int
+    # Seconds of work of the requests refused before it that are told to come back sooner.
+    promised: float = 0.0
 
     @property
     def finish(self) -> float:
@@ -123,8 +133,10 @@ class Decision:
 
     @property
     def retry_after(self) -> int:
-        """Whole seconds until the backlog has drained enough for this request: at least 1."""
-        return max(1, math.ceil(self.finish - self.target - _EPSILON))
+        """Whole seconds until the backlog, and the work promised to those refused before it,
+        have drained enough for this request: at least 1, at most ten targets."""
+        wait = math.ceil(self.finish + self.promised - self.target - _EPSILON)
+        return min(max(1, wait), max(1, math.ceil(RETRY_AFTER_TARGETS * self.target)))
 
 
 class Overloaded(Exception):
@@ -140,6 +152,11 @@ class Overloaded(Exception):
             f"hold {decision.backlog:.1f} s of work{gateways}, and this one would finish after "
             f"{decision.finish:.1f} s, past the {decision.target:g} s latency target; retry "
             f"after {self.retry_after} s"
+            + (
+                f" (requests refused before it bring {decision.promised:.1f} s of work back sooner)"
+                if decision.promised
+                else ""
+            )
         )
 
 
@@ -195,13 +212,20 @@ class Admission:
     many gateways are live (gateway/peers.py keeps it current; 1 alone).
     """
 
-    def __init__(self, limits: Limits | Callable[[str], Limits]) -> None:
+    def __init__(
+        self,
+        limits: Limits | Callable[[str], Limits],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """`limits`: one for every model, or a function of the model's name."""
-        self._limits = limits
+        self._limits, self._clock = limits, clock
         self._in_flight: dict[str, int] = {}
         self._work: dict[str, float] = {}
         self._in_window: dict[str, int] = {}  # places held in each model's start window
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}  # in arrival order
+        # model -> the second (of the clock) refused requests were told to come back in -> the
+        # work they bring: by the second, so a flood of refusals keeps it small.
+        self._promised: dict[str, dict[int, float]] = {}
         self.gateways = 1
         self.admitted = 0
         self.refused = 0
@@ -242,14 +266,37 @@ class Admission:
             target=limits.target_seconds,
             gateways=self.gateways,
         )
+        work = limits.costs.work(prompt, answer)
         if decision.in_flight and decision.finish > limits.target_seconds + _EPSILON:
             self.refused += 1
+            now = self._clock()
+            decision = dataclasses.replace(
+                decision, promised=self.gateways * self.promised(model, now)
+            )
+            self._promise(model, now + decision.retry_after, work)
             raise Overloaded(decision)
-        work = limits.costs.work(prompt, answer)
         self._in_flight[model] = decision.in_flight + 1
         self._work[model] = self.backlog(model) + work
         self.admitted += 1
         return Ticket(self, decision, work)
+
+    def promised(self, model: str, now: float | None = None) -> float:
+        """Seconds of work this gateway's refused requests of `model` were told to bring back
+        after `now` (the clock's, by default)."""
+        due = self._promised.get(model)
+        if not due:
+            return 0.0
+        now = self._clock() if now is None else now
+        for second in [second for second in due if second <= now]:
+            del due[second]
+        if not due:
+            del self._promised[model]
+        return sum(due.values())
+
+    def _promise(self, model: str, at: float, work: float) -> None:
+        due = self._promised.setdefault(model, {})
+        second = math.floor(at)  # gone by the time its requests come back
+        due[second] = due.get(second, 0.0) + work
 
     def in_window(self, model: str) -> int:
         return self._in_window.get(model, 0)

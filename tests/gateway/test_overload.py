@@ -186,15 +186,17 @@ async def test_a_model_at_its_bound_answers_429_with_retry_after_and_starts_no_w
     ask = {"question": QUESTION, "max_answer_tokens": 8}
     chat = {"model": "durable-rag", "messages": [{"role": "user", "content": QUESTION}]}
     message = {"message": QUESTION, "max_answer_tokens": 8}
-    # 26.6 s ahead + its own 1.8 s (8 tokens) is 28.4 s: 9 s past the target; an OpenAI
-    # request that names no max_tokens may answer in 256 (26.6 s): 34 s past it.
+    # 26.6 s ahead + its own 1.8 s (8 tokens) is 28.4 s: 8.4 s past the target, so 9 s; an
+    # OpenAI request that names no max_tokens may answer in 256 (26.6 s of work). Each refusal
+    # after the first also waits for the work of those refused before it, told to come back
+    # sooner: 1.8, 3.6, 30.2, 56.8 and 58.6 s.
     refused: list[tuple[str, dict[str, Any], str]] = [
         ("/v1/ask", ask, "9"),
-        ("/v1/ask/stream", ask, "9"),
-        ("/v1/chat/completions", chat, "34"),
-        ("/v1/chat/completions", chat | {"stream": True}, "34"),
-        (f"/v1/conversations/{conversation}/messages", message, "9"),
-        (f"/v1/conversations/{conversation}/messages/stream", message, "9"),
+        ("/v1/ask/stream", ask, "11"),
+        ("/v1/chat/completions", chat, "37"),
+        ("/v1/chat/completions", chat | {"stream": True}, "64"),
+        (f"/v1/conversations/{conversation}/messages", message, "66"),
+        (f"/v1/conversations/{conversation}/messages/stream", message, "67"),
     ]
     async with served(
         client,

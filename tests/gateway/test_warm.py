@@ -99,3 +99,24 @@ async def test_the_refresher_reads_ahead_while_requests_come_and_nothing_when_id
         assert queries.count == idle
     finally:
         await refresher.stop()
+
+
+async def test_requests_that_find_the_default_model_stale_share_one_read(
+    client: Client, database: Database
+) -> None:
+    """A burst that finds the alias past its TTL makes one round trip, not one per request."""
+    rag = RagClient(client, make_settings(llm_served_name="before"), database.sessions)
+    await rag.refresh_served_models()  # its own read, every 10 s: not what is counted here
+    model_alias.activate(database.sessions, "after", "before")
+    queries = Queries(database)
+    models = await asyncio.gather(*(rag.default_model() for _ in range(200)))
+    assert set(models) == {"after"}
+    reads = queries.count
+    assert 1 <= reads <= 2  # one read (its session may send a statement more)
+    # A waiter that is cancelled leaves the read to the others.
+    time.sleep(0.5)  # stale again
+    waiters = [asyncio.ensure_future(rag.default_model()) for _ in range(3)]
+    await asyncio.sleep(0)
+    waiters[0].cancel()
+    assert await asyncio.gather(*waiters[1:]) == ["after", "after"]
+    assert queries.count - reads == reads

@@ -96,6 +96,57 @@ def test_a_request_alone_is_admitted_even_if_it_cannot_meet_the_target() -> None
     admission.admit("smol", 1)
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_bursts_refusals_are_told_to_come_back_one_after_the_other() -> None:
+    """Each refusal's Retry-After also waits for the work of those refused before it: they come
+    back spread over the time it takes to serve them, not all at once into another burst."""
+    clock = Clock()
+    admission = Admission(limits(target=8, request=1.0), clock=clock)
+    held = [admission.admit("smol", 8) for _ in range(6)]  # 6.6 s of work; 1.1 s each more
+    waits = []
+    for _ in range(5):
+        with pytest.raises(Overloaded) as refused:
+            admission.admit("smol", 8)
+        waits.append(refused.value.retry_after)
+    # 8.4 s against 8: 0.4 s, then 1.1 s more for each refused before it.
+    assert waits == [1, 2, 3, 4, 5]
+    assert "requests refused before it bring 4.4 s of work back sooner" in str(refused.value)
+    assert math.isclose(admission.promised("smol"), 5.5)
+    # The first came back after its second: its promise is gone, the others' stand.
+    clock.now += 1
+    assert math.isclose(admission.promised("smol"), 4.4)
+    with pytest.raises(Overloaded) as refused:
+        admission.admit("smol", 8)
+    assert refused.value.retry_after == 5  # 0.4 + 4.4
+    # Admission itself never waits for promises: room now is given now.
+    held.pop().release()
+    admission.admit("smol", 8)
+    # All back, none left.
+    clock.now += 60
+    assert admission.promised("smol") == 0.0
+
+
+def test_retry_after_is_at_most_ten_targets_and_promises_stay_few_under_a_flood() -> None:
+    clock = Clock()
+    admission = Admission(limits(target=8, request=1.0), clock=clock)
+    for _ in range(6):
+        admission.admit("smol", 8)
+    waits = []
+    for _ in range(10_000):
+        with pytest.raises(Overloaded) as refused:
+            admission.admit("smol", 8)
+        waits.append(refused.value.retry_after)
+    assert max(waits) == 80 and waits == sorted(waits)
+    assert len(admission._promised["smol"]) <= 80  # one entry per second they come back in
+
+
 def test_gateways_share_the_bound_each_counting_its_backlog_once_per_gateway() -> None:
     """Two gateways behind a load balancer: each admits while twice its own backlog plus the
     latency fits, so both together hold what one gateway alone would."""

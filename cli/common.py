@@ -29,6 +29,8 @@ def load_settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         usage_error(f"invalid settings:\n{exc}")
+    except ValueError as exc:  # a retired setting (ragkit.settings.RETIRED)
+        usage_error(f"invalid settings: {exc}")
 
 
 # Messages quote what the user typed: escaped, or `delete "[/x]"` is a Rich MarkupError.

@@ -133,6 +133,10 @@ class Door:
             await self.app(scope, receive, send)
             return
         first = await whole_body(receive)
+        state = scope.setdefault("state", {})
+        # Server-Timing `body`: a client may send its body after its headers (the request's
+        # arrival); a refusal can only come after both.
+        state.setdefault("timing", []).append(("body", time.monotonic()))
         cost = None
         if first["type"] == "http.request":
             try:
@@ -142,17 +146,16 @@ class Door:
             except (ValueError, LookupError):
                 cost = None  # the endpoint answers what is wrong with it
         ticket = None
-        state = scope.setdefault("state", {})
         if cost is not None:
             try:
                 ticket = await admit(self.state, route.template, cost)
             except Overloaded as exc:
                 # The route FastAPI would have matched: the HTTP metrics' label (RequestId).
                 scope["route"] = SimpleNamespace(path=route.template)
-                state.setdefault("timing", []).append(("admit", time.monotonic()))
+                state["timing"].append(("admit", time.monotonic()))
                 await refusal(scope["path"], exc)(scope, receive, send)
                 return
-            state.setdefault("timing", []).append(("admit", time.monotonic()))
+            state["timing"].append(("admit", time.monotonic()))
             state["ticket"] = ticket
         try:
             await self.app(scope, replay(first, receive), send)

@@ -251,6 +251,16 @@ def test_out_of_range_admission_settings_are_refused(field: str, value: object) 
     assert field in str(info.value)
 
 
+def test_the_retired_queue_bound_is_refused_by_name_not_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DURABLE_RAG_LLM_QUEUE_BOUND", "50")
+    with pytest.raises(ValueError, match=r"DURABLE_RAG_LLM_QUEUE_BOUND is retired: admission"):
+        Settings()
+    monkeypatch.delenv("DURABLE_RAG_LLM_QUEUE_BOUND")
+    assert Settings().llm.request_seconds > 0
+
+
 def window(size: int) -> Admission:
     return Admission(
         Limits(costs=costs(), target_seconds=600, max_answer_tokens=8, start_window=size)

@@ -110,6 +110,10 @@ SERVED_MODELS_TTL_SECONDS = 10.0
 # switches the alias, then for every answer started up to two seconds after it, before it stops
 # the old worker (durable_rag/model_swap.py): an answer started on a stale read is drained too.
 DEFAULT_MODEL_TTL_SECONDS = 0.5
+# Past its TTL, a read this much older is still used while the next read is on its way (a live
+# request never waits for Postgres while the gateway's refresher keeps reading): within the
+# swap's two-second margin, so an answer started on it is drained too.
+DEFAULT_MODEL_STALE_SECONDS = 1.5
 
 
 class RagClient:
@@ -465,13 +469,17 @@ class RagClient:
         """The model new answers go to: the `default` alias a swap sets, else the settings'.
         Read at most every DEFAULT_MODEL_TTL_SECONDS unless `fresh`: a live request's path has
         no database round trip of its own before its workflow starts. One read at a time: the
-        requests that find the alias stale together wait for that read (a burst of 600 once
-        queued 600 reads in the worker threads, half a second for each request's admission)."""
+        requests that find the alias stale share it (a burst of 600 once queued 600 reads in the
+        worker threads, half a second for each request's admission), and wait for it only when
+        the last read is over DEFAULT_MODEL_STALE_SECONDS old."""
         await self.refresh_served_models()
-        if not fresh and time.monotonic() - self._default_read_at < DEFAULT_MODEL_TTL_SECONDS:
+        age = time.monotonic() - self._default_read_at
+        if not fresh and age < DEFAULT_MODEL_TTL_SECONDS:
             return self._default_model
         if self._default_reading is None or self._default_reading.done():
             self._default_reading = asyncio.ensure_future(self._read_default_model())
+        if not fresh and age < DEFAULT_MODEL_STALE_SECONDS:
+            return self._default_model  # the read refreshes it for the requests after this one
         # Shielded: a request that is cancelled while it waits leaves the read to the others.
         return await asyncio.shield(self._default_reading)
 

@@ -410,10 +410,10 @@ class LlmSettings(BaseModel):
         "(bench/burst.py --calibrate). The default is CPU SmolLM2's on the 2-CPU reference machine.",
     )
     request_seconds: float = Field(
-        # 0.63 s calibrated with the bound lifted; under a burst past capacity the admitted came
-        # 0.975 s apart at their first token against 0.93 s modelled (BENCHMARKS.md, burst):
-        # refusals and the rest of a burst cost the serving CPU too.
-        default=0.68,
+        # 0.63 s calibrated with the bound lifted; under bursts past capacity the admitted came
+        # up to 1.06 s apart at their first token against 0.93 s modelled (BENCHMARKS.md,
+        # burst): the burst's own handling costs the serving CPU too, and runs vary.
+        default=0.8,
         ge=0,
         le=600,
         description="Measured serving work of one live request before its own tokens, in "

@@ -4,7 +4,9 @@ tenant of its API key and the default model alias (`RagClient.default_model`).
 Each costs a round trip in a worker thread, a millisecond or two on the way to the first token.
 While requests keep coming (one within `keep_seconds`), the gateway's refresher re-reads both
 every `period_seconds`, so a request finds them fresh and makes no round trip of its own. An idle
-gateway reads nothing, and its first request reads for itself.
+gateway reads the default model alone, once every IDLE_MODEL_SECONDS: admission needs it at the
+door (gateway/door.py), and a burst after a quiet minute once waited ~140 ms for that one read
+before its first refusal. Its first request's key is read for it.
 
 Freshness is what it was with a read per request, within a bound: a key is trusted for at most
 KEY_TTL_SECONDS after a read that found it valid began, so a revoked key (or a deleted tenant's)
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from durable_rag.client import DEFAULT_MODEL_TTL_SECONDS, RagClient
+from durable_rag.client import DEFAULT_MODEL_STALE_SECONDS, DEFAULT_MODEL_TTL_SECONDS, RagClient
 from ragkit.store import keys
 
 log = logging.getLogger("durable_rag.gateway")
@@ -34,6 +36,9 @@ KEY_TTL_SECONDS = 1.0
 REFRESH_SECONDS = DEFAULT_MODEL_TTL_SECONDS / 2
 # How long after the last request the refresher keeps reading.
 KEEP_SECONDS = 60.0
+# How often an idle gateway reads the default model: within DEFAULT_MODEL_STALE_SECONDS, so the
+# door always has one recent enough to use at once (one query a second).
+IDLE_MODEL_SECONDS = 1.0
 
 
 @dataclass
@@ -100,10 +105,13 @@ class Refresher:
         api_keys: ApiKeys,
         period_seconds: float = REFRESH_SECONDS,
         keep_seconds: float = KEEP_SECONDS,
+        idle_model_seconds: float = IDLE_MODEL_SECONDS,
     ) -> None:
+        assert idle_model_seconds < DEFAULT_MODEL_STALE_SECONDS
         self.rag, self.api_keys = rag, api_keys
-        self.period, self.keep = period_seconds, keep_seconds
+        self.period, self.keep, self.idle_model = period_seconds, keep_seconds, idle_model_seconds
         self._requested_at = float("-inf")
+        self._model_read_at = float("-inf")
         self._task: asyncio.Task[None] | None = None
 
     def requested(self) -> None:
@@ -128,10 +136,13 @@ class Refresher:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.period)
-            if not self.busy:
+            busy = self.busy
+            if not busy and time.monotonic() - self._model_read_at < self.idle_model:
                 continue
             try:
+                self._model_read_at = time.monotonic()
                 await self.rag.default_model(fresh=True)
-                await asyncio.to_thread(self.api_keys.refresh, self.keep)
-            except SQLAlchemyError as exc:  # requests then read for themselves, as when idle
+                if busy:
+                    await asyncio.to_thread(self.api_keys.refresh, self.keep)
+            except SQLAlchemyError as exc:  # requests then read for themselves
                 log.warning("cannot read ahead of live requests: %s", exc)

@@ -91,12 +91,19 @@ async def test_the_refresher_reads_ahead_while_requests_come_and_nothing_when_id
         await asyncio.sleep(0.6)
         assert api_keys.cached(key) is None  # refused within the TTL
 
-        while refresher.busy:  # no request for `keep_seconds`: the refresher stops reading
+        while refresher.busy:  # no request for `keep_seconds`: the refresher reads less
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)  # a read begun while it was busy lands first
+        # Idle: the default model alone, every `idle_model_seconds`; the keys are not read.
+        api_keys.lookup(keys.create_key(database.sessions, "idle")[1])
+        before = queries.count
+        await rag.default_model(fresh=True)
+        statements_per_read = queries.count - before
         idle = queries.count
-        await asyncio.sleep(0.3)
-        assert queries.count == idle
+        await asyncio.sleep(2.2)
+        model_reads = queries.count - idle
+        assert 1 <= model_reads <= 3 * statements_per_read, model_reads
+        assert len(api_keys) == 1  # never re-checked: a refresh would have forgotten it (unused)
     finally:
         await refresher.stop()
 

@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -76,14 +77,15 @@ def model_label(chosen: str, requested: str | None, settings: Settings) -> str:
     return chosen if chosen in known else "other"
 
 
-_watched: set[tuple[int, str]] = set()
+_watched: weakref.WeakKeyDictionary[Admission, set[str]] = weakref.WeakKeyDictionary()
 
 
 def _watch_backlog(admission: Admission, model: str, label: str) -> None:
     """The backlog gauge of `model`, read at each scrape (so it falls as tickets are released);
     bound once per admission and model."""
-    if (id(admission), model) not in _watched:
-        _watched.add((id(admission), model))
+    models = _watched.setdefault(admission, set())
+    if model not in models:
+        models.add(model)
         GATEWAY_BACKLOG.labels(label).set_function(lambda: admission.backlog(model))
 
 

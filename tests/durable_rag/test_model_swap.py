@@ -11,7 +11,11 @@ import pytest
 from temporalio.client import Client
 
 from durable_rag import model_swap as models
-from durable_rag.client import DEFAULT_MODEL_TTL_SECONDS, RagClient
+from durable_rag.client import (
+    DEFAULT_MODEL_STALE_SECONDS,
+    DEFAULT_MODEL_TTL_SECONDS,
+    RagClient,
+)
 from ragkit import policies
 from ragkit.embedding import Embedder
 from ragkit.llm.engine import LLMEngine
@@ -114,9 +118,11 @@ async def test_the_default_model_is_read_once_per_ttl_and_fresh_on_demand(
     client: Client, database: Database
 ) -> None:
     """Live requests reuse the alias they read moments ago (no database round trip before their
-    workflow starts); readiness asks for a fresh read. The TTL is shorter than the second a swap
-    waits after it switches, so no answer started after a swap returns uses the old model."""
-    assert DEFAULT_MODEL_TTL_SECONDS < 1.0
+    workflow starts); readiness asks for a fresh read. Past the TTL, a read under
+    DEFAULT_MODEL_STALE_SECONDS old still answers at once while the next read runs: that is
+    shorter than the two seconds after the switch whose answers a swap waits for, so every answer
+    started on the old alias is drained before the old worker stops."""
+    assert DEFAULT_MODEL_TTL_SECONDS < 1.0 and DEFAULT_MODEL_STALE_SECONDS < 2.0
     rag = RagClient(client, make_settings(llm_served_name="before"), database.sessions)
     assert await rag.default_model() == "before"
     model_alias.activate(database.sessions, "after", "before")
@@ -124,4 +130,11 @@ async def test_the_default_model_is_read_once_per_ttl_and_fresh_on_demand(
     assert await rag.default_model(fresh=True) == "after"
     model_alias.activate(database.sessions, "again", "before")
     await asyncio.sleep(DEFAULT_MODEL_TTL_SECONDS)
-    assert await rag.default_model() == "again"
+    assert await rag.default_model() == "after"  # at once; the next read is on its way
+    deadline = time.monotonic() + 5
+    while await rag.default_model() != "again":  # that read lands
+        assert time.monotonic() < deadline, "the read past the TTL never landed"
+        await asyncio.sleep(0.02)
+    model_alias.activate(database.sessions, "last", "before")
+    await asyncio.sleep(DEFAULT_MODEL_STALE_SECONDS)
+    assert await rag.default_model() == "last"  # too old to use: read before answering

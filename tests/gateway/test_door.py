@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -23,7 +24,7 @@ from ragkit.retrieval import estimate_tokens
 from ragkit.settings import Settings
 from schemas.gateway import AskBody, ChatCompletionBody, MessageBody
 
-MODEL = "m"
+MODEL = Settings().llm.name  # a configured model: the metrics label it by name
 
 
 def admission(target: float = 10) -> Admission:
@@ -52,11 +53,16 @@ class Inner:
                 "body": await request.json(),
                 "in_flight": request.app.state.admission.in_flight(MODEL),
                 "ticket": ticket,
+                "gauge": backlog_gauge(),
             }
         )
         if self.fail:
             raise RuntimeError("the endpoint failed")
         return JSONResponse({"ok": True})
+
+
+def backlog_gauge() -> float | None:
+    return REGISTRY.get_sample_value("durable_rag_gateway_backlog_seconds", {"model": MODEL})
 
 
 def client(inner: Inner) -> httpx.AsyncClient:
@@ -79,7 +85,9 @@ async def test_an_admitted_request_reaches_the_app_with_its_body_and_ticket_rele
     [call] = inner.calls
     assert call["body"] == ASK  # replayed whole
     assert call["in_flight"] == 1 and call["ticket"] is not None
+    assert call["gauge"] == pytest.approx(1.1)  # 1 s + 8 x 0.1 / 8, read at the scrape
     assert gate.in_flight(MODEL) == 0 and gate.backlog(MODEL) == 0
+    assert backlog_gauge() == 0
 
 
 async def test_past_capacity_the_request_is_refused_at_the_door_and_the_app_never_runs() -> None:

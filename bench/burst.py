@@ -235,6 +235,43 @@ def summary(label: str, sent: list[Sent], timeout: float, target: float) -> dict
     return row
 
 
+LATE_AFTER_SECONDS = 10.0  # the burst's arrival is over; its admitted work is running
+LATE_REQUESTS = 20
+
+
+async def late_refusals(http: aiohttp.ClientSession, url: str, key: str,
+                        tokens: int) -> dict[str, Any]:  # fmt: skip
+    """The common overload: a request that arrives alone while the admitted work runs.
+    `LATE_REQUESTS` streamed asks, one after the other, from `LATE_AFTER_SECONDS` into the burst;
+    an admitted one leaves at once (its run is cancelled). Their time to 429, at the client."""
+    await asyncio.sleep(LATE_AFTER_SECONDS)
+    refused: list[float] = []
+    for _ in range(LATE_REQUESTS):
+        began = time.monotonic()
+        body = {
+            "model": "durable-rag",
+            "messages": [{"role": "user", "content": f"({uuid.uuid4().hex[:6]}) {QUESTIONS[0]}"}],
+            "max_tokens": tokens,
+            "stream": True,
+        }
+        headers = {"Authorization": f"Bearer {key}"}
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with http.post(
+                f"{url}/v1/chat/completions",
+                json=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=2),  # admitted, in line: leave
+            ) as r:
+                if r.status == 429:
+                    refused.append((time.monotonic() - began) * 1000)
+        await asyncio.sleep(0.05)
+    return {
+        "late_429": len(refused),
+        "late_429_p50_ms": pct(refused, 0.5),
+        "late_429_max_ms": pct(refused, 1.0),
+    }
+
+
 async def quiet(client: Any, within: float = 600) -> None:
     """Until no answer workflow runs: the next burst starts on an idle stack."""
     deadline = time.monotonic() + within
@@ -329,9 +366,14 @@ async def run_sides(sides: list[str], requests: int, tokens: int) -> list[dict[s
                     print(f"side {side}: {requests} {'streamed' if streamed else 'plain'} ...",
                           flush=True)  # fmt: skip
                     began = time.monotonic()
+                    later = None
+                    if side != "lifted":  # nothing is refused on arrival there
+                        later = asyncio.create_task(late_refusals(http, urls[0], key, tokens))
                     sent = await burst(http, urls, key, requests, tokens, streamed)
                     poller.cancel()
                     row = summary(side, sent, timeout, target)
+                    if later is not None:
+                        row.update(await later)
                     row["backlog_peak_s"] = round(backlogs.peak, 1)
                     row["seconds"] = round(time.monotonic() - began, 1)
                     rows.append(row)

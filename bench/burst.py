@@ -239,11 +239,12 @@ LATE_AFTER_SECONDS = 10.0  # the burst's arrival is over; its admitted work is r
 LATE_REQUESTS = 20
 
 
-async def late_refusals(http: aiohttp.ClientSession, url: str, key: str,
-                        tokens: int) -> dict[str, Any]:  # fmt: skip
+async def late_refusals(http: aiohttp.ClientSession, url: str, key: str) -> dict[str, Any]:
     """The common overload: a request that arrives alone while the admitted work runs.
-    `LATE_REQUESTS` streamed asks, one after the other, from `LATE_AFTER_SECONDS` into the burst;
-    an admitted one leaves at once (its run is cancelled). Their time to 429, at the client."""
+    `LATE_REQUESTS` streamed asks, one after the other, from `LATE_AFTER_SECONDS` into the burst,
+    each for the longest answer (44 s on its own here), so it is refused while more than ~16 s of
+    work is held: an 8-token one is admitted whenever an earlier request ends, as it should be.
+    One admitted anyway leaves at once (its run is cancelled). Their time to 429, at the client."""
     await asyncio.sleep(LATE_AFTER_SECONDS)
     refused: list[float] = []
     for _ in range(LATE_REQUESTS):
@@ -251,7 +252,6 @@ async def late_refusals(http: aiohttp.ClientSession, url: str, key: str,
         body = {
             "model": "durable-rag",
             "messages": [{"role": "user", "content": f"({uuid.uuid4().hex[:6]}) {QUESTIONS[0]}"}],
-            "max_tokens": tokens,
             "stream": True,
         }
         headers = {"Authorization": f"Bearer {key}"}
@@ -368,7 +368,7 @@ async def run_sides(sides: list[str], requests: int, tokens: int) -> list[dict[s
                     began = time.monotonic()
                     later = None
                     if side != "lifted":  # nothing is refused on arrival there
-                        later = asyncio.create_task(late_refusals(http, urls[0], key, tokens))
+                        later = asyncio.create_task(late_refusals(http, urls[0], key))
                     sent = await burst(http, urls, key, requests, tokens, streamed)
                     poller.cancel()
                     row = summary(side, sent, timeout, target)
@@ -496,11 +496,12 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     rows = [r for r in rows if r["side"] != "probe"]
     if not rows:
         return
-    keys = list(rows[0])
+    keys = list(dict.fromkeys(k for row in rows for k in row))  # `lifted` has no late asks
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
     for row in rows:
-        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in row.values()]
+        values = [row.get(k, "") for k in keys]
+        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in values]
         print("| " + " | ".join(cells) + " |")
 
 

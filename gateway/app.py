@@ -21,6 +21,7 @@ includes one router per area (gateway/routers/).
     durable-rag gateway            # uvicorn on settings.gateway.host:settings.gateway.port
 """
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -70,6 +71,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.refresher.start()
     peers = Peers(app.state.sessions, app.state.admission, settings.gateway.heartbeat_seconds)
     await peers.start()  # before the first request: its share is known from the start
+    # What starting made lives as long as the process: out of the collector's reach, so the
+    # collections a burst's garbage triggers do not walk it (the first burst of 300 refusals
+    # after a start took ~1.6x the gateway's CPU of the next ones without this).
+    gc.collect()
+    gc.freeze()
     yield
     await peers.stop()
     await app.state.refresher.stop()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 import weakref
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel
 
 from gateway import openai_compat
@@ -77,6 +78,30 @@ def model_label(chosen: str, requested: str | None, settings: Settings) -> str:
     return chosen if chosen in known else "other"
 
 
+class RefusalLog:
+    """One warning line a second at most for a route's refusals, with how many it stands for:
+    a burst refused at the door is hundreds of 429s in a second, and a line each (~40 µs on
+    a busy event loop) would be a good part of each refusal's cost. Each refusal still has its
+    access line and its count in `durable_rag_gateway_rejected_total`."""
+
+    def __init__(self, every: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every, self._clock = every, clock
+        self._last: dict[str, float] = {}  # route -> when its last line was written
+        self._unsaid: dict[str, int] = {}  # route -> refusals since then, not yet in a line
+
+    def refused(self, route: str, exc: Overloaded) -> None:
+        now = self._clock()
+        if now - self._last.get(route, -math.inf) < self.every:
+            self._unsaid[route] = self._unsaid.get(route, 0) + 1
+            return
+        self._last[route] = now
+        more = self._unsaid.pop(route, 0)
+        since = f" ({more} more refused since the last line)" if more else ""
+        log.warning("refused %s: %s%s", route, exc, since)
+
+
+REFUSALS = RefusalLog()
+
 _watched: weakref.WeakKeyDictionary[Admission, set[str]] = weakref.WeakKeyDictionary()
 
 
@@ -100,18 +125,20 @@ async def admit(app_state: Any, route: str, cost: Cost) -> Ticket:
         ticket = admission.admit(chosen, cost.answer_tokens, cost.prompt_tokens)
     except Overloaded as exc:
         GATEWAY_REJECTED.labels(route, label).inc()
-        log.warning("refused %s: %s", route, exc)
+        REFUSALS.refused(route, exc)
         raise
     _watch_backlog(admission, chosen, label)
     return ticket
 
 
-def refusal(path: str, exc: Overloaded) -> JSONResponse:
+def refusal(path: str, exc: Overloaded) -> Response:
     """The 429 of a refused request, in its endpoint's error shape (OpenAI's for its paths)."""
     headers = {"Retry-After": str(exc.retry_after)}
     if path in openai_compat.PATHS:
-        return JSONResponse(json.loads(openai_compat.error(429, str(exc))), 429, headers)
-    return JSONResponse({"detail": str(exc)}, 429, headers)
+        body = openai_compat.error(429, str(exc))
+    else:
+        body = json.dumps({"detail": str(exc)})
+    return Response(body, 429, headers, media_type="application/json")
 
 
 class Door:

@@ -121,12 +121,9 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = JSONResponse(
-            {"detail": f"request body is over the limit of {self.limit} bytes"}, status_code=413
-        )
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
-            await too_large(scope, receive, send)
+            await self.too_large(scope, receive, send)
             return
         received = 0
 
@@ -142,4 +139,8 @@ class BodyLimit:
         try:
             await self.app(scope, counted, send)
         except _TooLarge:
-            await too_large(scope, receive, send)
+            await self.too_large(scope, receive, send)
+
+    def too_large(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        message = {"detail": f"request body is over the limit of {self.limit} bytes"}
+        return JSONResponse(message, status_code=413)(scope, receive, send)

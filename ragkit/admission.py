@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
 import math
 import time
 from collections import deque
@@ -223,9 +224,9 @@ class Admission:
         self._work: dict[str, float] = {}
         self._in_window: dict[str, int] = {}  # places held in each model's start window
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}  # in arrival order
-        # model -> the second (of the clock) refused requests were told to come back in -> the
-        # work they bring: by the second, so a flood of refusals keeps it small.
-        self._promised: dict[str, dict[int, float]] = {}
+        # model -> the work refused requests were told to bring back, by the second (of the
+        # clock) they come back in: by the second, so a flood of refusals keeps it small.
+        self._promised: dict[str, _Promises] = {}
         self.gateways = 1
         self.admitted = 0
         self.refused = 0
@@ -284,19 +285,15 @@ class Admission:
         """Seconds of work this gateway's refused requests of `model` were told to bring back
         after `now` (the clock's, by default)."""
         due = self._promised.get(model)
-        if not due:
+        if due is None:
             return 0.0
-        now = self._clock() if now is None else now
-        for second in [second for second in due if second <= now]:
-            del due[second]
+        left = due.after(self._clock() if now is None else now)
         if not due:
             del self._promised[model]
-        return sum(due.values())
+        return left
 
     def _promise(self, model: str, at: float, work: float) -> None:
-        due = self._promised.setdefault(model, {})
-        second = math.floor(at)  # gone by the time its requests come back
-        due[second] = due.get(second, 0.0) + work
+        self._promised.setdefault(model, _Promises()).add(at, work)
 
     def in_window(self, model: str) -> int:
         return self._in_window.get(model, 0)
@@ -350,3 +347,33 @@ class Admission:
         else:  # no entry kept for a model with nothing in flight: the maps stay small
             self._in_flight.pop(model, None)
             self._work.pop(model, None)
+
+
+class _Promises:
+    """The work refused requests of one model bring back, by the second they come back in.
+    Each refusal reads and adds to it, so both are O(log n) in the seconds held (up to ten
+    targets' worth): a burst's refusals stay cheap however many came before."""
+
+    def __init__(self) -> None:
+        self._work: dict[int, float] = {}
+        self._seconds: list[int] = []  # a heap of `_work`'s keys
+        self._total = 0.0
+
+    def __len__(self) -> int:
+        return len(self._work)
+
+    def add(self, at: float, work: float) -> None:
+        second = math.floor(at)  # gone by the time its requests come back
+        if second not in self._work:
+            self._work[second] = 0.0
+            heapq.heappush(self._seconds, second)
+        self._work[second] += work
+        self._total += work
+
+    def after(self, now: float) -> float:
+        """The work due after `now`; what came due by then is dropped."""
+        while self._seconds and self._seconds[0] <= now:
+            self._total -= self._work.pop(heapq.heappop(self._seconds))
+        if not self._work:
+            self._total = 0.0  # no rounding left over
+        return max(0.0, self._total)

@@ -204,3 +204,26 @@ def test_the_refusal_speaks_openais_shape_on_its_paths() -> None:
     assert json.loads(plain.body)["detail"].startswith("overloaded:")
     assert json.loads(chat.body)["error"]["code"] == 429
     assert plain.headers["retry-after"] == chat.headers["retry-after"] == str(exc.retry_after)
+
+
+def test_a_burst_of_refusals_is_logged_once_a_second_with_how_many_it_stands_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    log = door.RefusalLog(every=1.0, clock=lambda: now[0])
+    gate = admission(target=1)
+    gate.admit(MODEL, 8)
+    with pytest.raises(Overloaded) as refused:
+        gate.admit(MODEL, 8)
+    with caplog.at_level("WARNING", logger="durable_rag.gateway"):
+        for _ in range(300):
+            log.refused("/v1/ask", refused.value)
+            now[0] += 0.001
+        log.refused("/v1/chat/completions", refused.value)  # another route: its own line
+        now[0] += 1.0
+        log.refused("/v1/ask", refused.value)
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 3
+    assert lines[0].startswith("refused /v1/ask: overloaded:") and "more refused" not in lines[0]
+    assert lines[1].startswith("refused /v1/chat/completions: overloaded:")
+    assert lines[2].endswith("(299 more refused since the last line)")

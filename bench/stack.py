@@ -35,6 +35,7 @@ from durable_rag.stack.postgres import EmbeddedPostgres, migrate
 from durable_rag.stack.process import Process, free_port, port_in_use
 from durable_rag.stack.temporal import TemporalDevServer
 from durable_rag.stack.workers import (
+    backend_nice,
     gateway_process,
     longest_start_first,
     serving_cpus,
@@ -117,6 +118,8 @@ class ProcessStack:
         self.postgres = EmbeddedPostgres(
             self.data_dir / "postgres", self.settings.postgres.port, self.serving
         )
+        self.backend_nice = backend_nice(self.settings, self.serving)
+        self.temporal.nice = self.postgres.nice = self.backend_nice
         self.failpoints_file = self.work / "failpoints.json"
         # (kind, instance) of every worker started, with its metrics port (the SDK's is + 1).
         self.metrics_ports: dict[tuple[str, int], int] = {}
@@ -162,7 +165,19 @@ class ProcessStack:
             port = free_port_pair()
             self.metrics_ports[(kind, n)] = port
             env = {**self.env, "DURABLE_RAG_METRICS_PORT": str(port)}
-            started.append((kind, spawn_worker(self.data_dir, kind, env, n, serving=self.serving)))
+            started.append(
+                (
+                    kind,
+                    spawn_worker(
+                        self.data_dir,
+                        kind,
+                        env,
+                        n,
+                        serving=self.serving,
+                        backend_nice=self.backend_nice,
+                    ),
+                )
+            )
         for kind, process in started:
             wait_worker_ready(
                 process,

@@ -147,12 +147,20 @@ def engine_split(settings: Settings) -> CpuSplit | None:
     return split_cpus(llm.cpu_engine_cpus, os.sched_getaffinity(0))
 
 
-def spawn_on(cpus: Collection[int] | None) -> Callable[[], None] | None:
-    """A subprocess `preexec_fn` that starts the child on `cpus` (what it forks inherits it)."""
-    if cpus is None:
+def spawn_on(cpus: Collection[int] | None, nice: int = 0) -> Callable[[], None] | None:
+    """A subprocess `preexec_fn` that starts the child on `cpus`, at niceness `nice` (what it
+    forks inherits both)."""
+    if cpus is None and not nice:
         return None
-    chosen = tuple(cpus)
-    return lambda: os.sched_setaffinity(0, chosen)
+    chosen = None if cpus is None else tuple(cpus)
+
+    def placed() -> None:
+        if chosen is not None:
+            os.sched_setaffinity(0, chosen)
+        if nice:
+            os.nice(nice)
+
+    return placed
 
 
 def bind_engine(settings: Settings) -> CpuSplit | None:

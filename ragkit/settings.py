@@ -803,6 +803,15 @@ class WorkerSettings(BaseModel):
         description="Embedded profile: the index worker's CPU niceness, so bulk embedding "
         "(ingest, rebuild) yields the cores to live questions; 0 leaves it as started.",
     )
+    backend_nice: int = Field(
+        default=5,
+        ge=0,
+        le=19,
+        description="Embedded profile beside a CPU engine: the CPU niceness of Temporal, "
+        "Postgres and the orchestrator, which share the serving CPUs with the gateway, so the "
+        "gateway's event loop (a burst's 429s, the streams' tokens) runs first; 0 leaves them "
+        "at the gateway's.",
+    )
     drain_seconds: float = Field(
         default=60.0,
         ge=0,

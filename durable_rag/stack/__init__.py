@@ -27,6 +27,7 @@ from durable_rag.stack.temporal import TemporalDevServer
 from durable_rag.stack.workers import (
     ROOT,
     WORKER_KINDS,
+    backend_nice,
     gateway_process,
     longest_start_first,
     polled,
@@ -111,6 +112,10 @@ class EmbeddedStack:
                 f"rest (DURABLE_RAG_LLM_CPU_ENGINE_CPUS={self.settings.llm.cpu_engine_cpus})"
             )
         self.temporal.cpus = self.postgres.cpus = serving
+        # The gateway's event loop first on those CPUs: a burst's 429s go out before the
+        # workflows of what was admitted take them (bench/burst.py).
+        nice = backend_nice(self.settings, serving)
+        self.temporal.nice = self.postgres.nice = nice
         started = self.temporal.start()
         echo(f"{'started' if started else 'running'}  Temporal dev server  {self.temporal.address}")
         started = self.postgres.start()
@@ -135,7 +140,9 @@ class EmbeddedStack:
                 process = worker_process(self.data_dir, kind)
                 started = not process.running()
                 if started:
-                    process = spawn_worker(self.data_dir, kind, env, serving=serving)
+                    process = spawn_worker(
+                        self.data_dir, kind, env, serving=serving, backend_nice=nice
+                    )
                 spawned.append((kind, process, started))
             for kind, process, started in sorted(spawned, key=lambda s: kinds.index(s[0])):
                 wait_worker_ready(

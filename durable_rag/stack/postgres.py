@@ -37,6 +37,7 @@ class EmbeddedPostgres:
         # Where it runs: the serving CPUs beside a CPU engine (ragkit/cpus.py). The postmaster
         # inherits it from pg_ctl, and every backend from the postmaster.
         self.cpus = cpus
+        self.nice = 0  # beside a CPU engine, behind the gateway (WorkerSettings.backend_nice)
         self.log_file = self.pgdata / "server.log"
 
     def url(self, database: str) -> str:
@@ -110,7 +111,7 @@ class EmbeddedPostgres:
                 ],
                 pgdata=self.pgdata,
                 timeout=90,
-                preexec_fn=spawn_on(self.cpus),
+                preexec_fn=spawn_on(self.cpus, self.nice),
                 **self._run_as(),
             )  # fmt: skip
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:

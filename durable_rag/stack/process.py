@@ -88,8 +88,10 @@ class Process:
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
         cpus: Collection[int] | None = None,
+        nice: int = 0,
     ) -> int:
-        """Start `argv` detached; with `cpus`, pinned to them (ragkit/cpus.py)."""
+        """Start `argv` detached; with `cpus`, pinned to them (ragkit/cpus.py); at niceness
+        `nice`."""
         if not pid_alive(self.pid()):
             _kill_group(self.pid())
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +105,7 @@ class Process:
                 env=env,
                 cwd=cwd,
                 start_new_session=True,  # survives the launcher; stopped by PID
-                preexec_fn=spawn_on(cpus),
+                preexec_fn=spawn_on(cpus, nice),
             )
         self.pid_file.write_text(str(proc.pid))
         return proc.pid

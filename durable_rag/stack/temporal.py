@@ -48,6 +48,7 @@ class TemporalDevServer:
     ) -> None:
         self.data_dir = data_dir
         self.cpus = cpus  # where it runs: the serving CPUs beside a CPU engine (ragkit/cpus.py)
+        self.nice = 0  # beside a CPU engine, behind the gateway (WorkerSettings.backend_nice)
         self.port = port
         self.ui_port = ui_port
         self.metrics_port = metrics_port
@@ -100,7 +101,7 @@ class TemporalDevServer:
         argv += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
         if self.ui_port and self.ui_codec_endpoint:
             argv += ["--ui-codec-endpoint", self.ui_codec_endpoint]
-        self.process.spawn(argv, cpus=self.cpus)
+        self.process.spawn(argv, cpus=self.cpus, nice=self.nice)
         try:
             self.wait_healthy(timeout)
         except BaseException:

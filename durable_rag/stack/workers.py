@@ -47,8 +47,9 @@ def worker_process(data_dir: Path, kind: str, n: int = 1) -> Process:
 
 
 # Beside a CPU engine, the parts that answer live questions start on the serving CPUs (`serving`,
-# ragkit/cpus.py). The index worker embeds in bulk, niced, on whatever CPU is idle; the LLM worker
-# starts unpinned and moves itself once its engine's threads are bound (workers/llm.py).
+# ragkit/cpus.py), the orchestrator at `backend_nice` behind the gateway. The index worker embeds
+# in bulk, niced, on whatever CPU is idle; the LLM worker starts unpinned and moves itself once
+# its engine's threads are bound (workers/llm.py).
 PINNED_KINDS = ("orchestrator",)
 
 
@@ -58,11 +59,24 @@ def spawn_worker(
     env: dict[str, str] | None = None,
     n: int = 1,
     serving: Collection[int] | None = None,
+    backend_nice: int = 0,
 ) -> Process:
     process = worker_process(data_dir, kind, n)
-    cpus = serving if kind in PINNED_KINDS else None
-    process.spawn([sys.executable, "-m", f"workers.{kind}"], env=env, cwd=ROOT, cpus=cpus)
+    pinned = kind in PINNED_KINDS and serving is not None
+    process.spawn(
+        [sys.executable, "-m", f"workers.{kind}"],
+        env=env,
+        cwd=ROOT,
+        cpus=serving if pinned else None,
+        nice=backend_nice if pinned else 0,
+    )
     return process
+
+
+def backend_nice(settings: Settings, serving: Collection[int] | None) -> int:
+    """The niceness of the parts behind the gateway on the serving CPUs (Temporal, Postgres,
+    the orchestrator): the settings' beside a CPU engine, else 0 (nothing shares that way)."""
+    return settings.worker.backend_nice if serving else 0
 
 
 def serving_cpus(settings: Settings) -> tuple[int, ...] | None:

@@ -106,6 +106,38 @@ def test_a_part_spawned_on_cpus_runs_there_and_so_does_what_it_forks(tmp_path: P
     assert os.sched_getaffinity(0) == set(MACHINE)  # the launcher itself is left as it was
 
 
+def niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_a_part_spawned_behind_the_gateway_runs_niced_and_so_does_what_it_forks(
+    tmp_path: Path,
+) -> None:
+    """Temporal, Postgres and the orchestrator start this way beside a CPU engine
+    (WorkerSettings.backend_nice): the gateway's event loop runs first on the serving CPUs."""
+    process = Process("sleeper", tmp_path / "sleeper.pid", tmp_path / "sleeper.log")
+    pid = process.spawn(["sh", "-c", "sleep 30 & sleep 30"], cpus=[MACHINE[-1]], nice=5)
+    try:
+        deadline = time.monotonic() + 10
+        while not (children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split()):
+            assert time.monotonic() < deadline, "the shell never forked"
+            time.sleep(0.05)
+        mine = os.nice(0)
+        assert {niceness(each) for each in (pid, *map(int, children))} == {mine + 5}
+    finally:
+        process.stop(timeout=5)
+    assert cpus.spawn_on(None) is None  # nothing to do: the child starts as the launcher is
+
+
+def test_only_the_parts_beside_a_cpu_engine_are_niced() -> None:
+    from durable_rag.stack.workers import backend_nice
+
+    settings = Settings(worker_backend_nice=7)
+    assert backend_nice(settings, (1,)) == 7
+    assert backend_nice(settings, None) == 0  # nothing pinned: nothing shares the serving CPUs
+    assert backend_nice(Settings(), (1,)) == 5
+
+
 # A process like vLLM's: one thread bound inside the engine's CPUs, others on every CPU, and a
 # child process of its own.
 CHILD = """

@@ -103,6 +103,43 @@ async def take_turn(request: Request, ticket: Ticket, deadline: Deadline) -> Non
         mark(request.state, "turn")
 
 
+@contextlib.asynccontextmanager
+async def plain_turn(
+    request: Request, ticket: Ticket, deadline: Deadline, listener: TokenListener
+) -> AsyncIterator[str]:
+    """A plain (not streamed) request's turn in the start window, given up at its first token
+    as a stream's is: yields the stream id to start its run with, of which the gateway waits
+    for the first event only. Without a turn, a burst's admitted plain requests all started
+    their workflows at once, on the event loop that answers the burst's refusals
+    (bench/burst.py: their 429s came 0.2-0.7 s after the request, 0.1 s for streams'). Where
+    no stream can be opened the place is held until the request ends."""
+    await take_turn(request, ticket, deadline)
+    if not ticket.in_window:  # no window
+        yield ""
+        return
+    stream_id = uuid.uuid4().hex
+    try:
+        queue = await listener.open(stream_id)
+    except Exception as exc:
+        log.warning("no first-token watch, the turn is held to the end: %s", exc)
+        yield ""
+        return
+
+    async def first_token() -> None:
+        await queue.get()
+
+    def done(_: object) -> None:  # the first token, or the request's end
+        ticket.streaming()
+        listener.close_stream(stream_id)
+
+    watch = asyncio.create_task(first_token())
+    watch.add_done_callback(done)
+    try:
+        yield stream_id
+    finally:
+        watch.cancel()
+
+
 async def client_left(request: Request) -> None:
     """Returns once the client has disconnected. Only after the body was read (an endpoint with
     a body parameter): from then on the server's next message is the disconnect."""

@@ -109,7 +109,7 @@ VLLM_TESTS = frozenset(
         "tests/gateway/test_overload.py::test_a_client_leaving_a_conversation_turn_stops_it_and_the_record_stays_consistent",
         "tests/gateway/test_overload.py::test_a_model_at_its_bound_answers_429_with_retry_after_and_starts_no_workflow",
         "tests/gateway/test_overload.py::test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops",
-        "tests/gateway/test_overload.py::test_a_stream_past_the_start_window_waits_its_turn_or_gets_429_and_starts_nothing",
+        "tests/gateway/test_overload.py::test_a_request_past_the_start_window_waits_its_turn_or_gets_429_and_starts_nothing",
         "tests/gateway/test_streaming.py::test_leaving_mid_stream_stops_generation_in_the_engine_within_a_second",
         "tests/ragkit/test_engine_contract.py::test_the_scripted_engine_counts_prompts_as_vllm_does",
         "tests/workflows/test_answer.py::test_answer_cites_the_document_it_comes_from",

@@ -14,6 +14,7 @@ from gateway.answering import (
     answer_events,
     deadline_of,
     finish_answer,
+    plain_turn,
     prompt_tokens,
     released,
     start_answer,
@@ -42,6 +43,7 @@ async def ask(
     request: Request,
     tenant: Tenant,
     rag: Rag,
+    listener: Listener,
     settings: AppSettings,
 ) -> Answer:
     """The answer (citations, timings, degradations). A client that leaves before it is done
@@ -49,10 +51,16 @@ async def ask(
     ask_request = AskRequest(tenant=tenant, **body.model_dump())
     deadline = deadline_of(request, settings)
     with await admitted(request, cost(body, settings)) as ticket:
-        handle = await start_answer(
-            rag, ask_request, request.state.request_key, model=ticket.model, request=request
-        )
-        return await finish_answer(handle, deadline, request)
+        async with plain_turn(request, ticket, deadline, listener) as stream_id:
+            handle = await start_answer(
+                rag,
+                ask_request,
+                request.state.request_key,
+                stream_id,
+                model=ticket.model,
+                request=request,
+            )
+            return await finish_answer(handle, deadline, request)
 
 
 @router.post(

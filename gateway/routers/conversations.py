@@ -24,6 +24,7 @@ from gateway.answering import (
     admitted,
     deadline_of,
     open_stream,
+    plain_turn,
     prompt_tokens,
     released,
     take_turn,
@@ -105,17 +106,21 @@ async def send_message(
     request: Request,
     tenant: Tenant,
     rag: Rag,
+    listener: Listener,
     settings: AppSettings,
 ) -> ChatReply:
     """The reply. A client that leaves before it comes, or the access timeout, stops the turn."""
     check_message(rag, body)
     deadline = deadline_of(request, settings)
     stop = functools.partial(stop_turn, rag, conversation_id, tenant, message_id(body, request))
-    with await admitted(request, cost(body, settings)):
+    with await admitted(request, cost(body, settings)) as ticket:
         try:
-            return await until_done(
-                send(rag, conversation_id, body, request, tenant), request, deadline.left()
-            )
+            async with plain_turn(request, ticket, deadline, listener) as stream_id:
+                return await until_done(
+                    send(rag, conversation_id, body, request, tenant, stream_id),
+                    request,
+                    deadline.left(),
+                )
         except TimeoutError as exc:
             ANSWER_TIMEOUTS.labels("turn").inc()
             await stop(f"no reply within {deadline.said}")

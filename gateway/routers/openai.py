@@ -18,6 +18,7 @@ from gateway.answering import (
     cancel_later,
     deadline_of,
     finish_answer,
+    plain_turn,
     prompt_tokens,
     released,
     start_answer,
@@ -85,10 +86,11 @@ async def chat_completions(
     ticket = await admitted(request, cost(body, settings))
     if not body.stream:
         with ticket:
-            handle = await start_answer(
-                rag, ask_request, request_key, history=history, model=ticket.model, request=request
-            )
-            answer = await finish_answer(handle, deadline, request)
+            async with plain_turn(request, ticket, deadline, listener) as stream_id:
+                handle = await start_answer(
+                    rag, ask_request, request_key, stream_id, history, ticket.model, request
+                )
+                answer = await finish_answer(handle, deadline, request)
         return openai_compat.completion(answer, body.model)
     try:
         await take_turn(request, ticket, deadline)

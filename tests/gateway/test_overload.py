@@ -355,7 +355,7 @@ async def test_a_timed_out_request_cancels_its_workflow_and_the_engine_stops(
     assert max(ask_stopped, stream_stopped, turn_stopped) < 1.0
 
 
-async def test_a_stream_past_the_start_window_waits_its_turn_or_gets_429_and_starts_nothing(
+async def test_a_request_past_the_start_window_waits_its_turn_or_gets_429_and_starts_nothing(
     client: Client,
     module_database: Database,
     embedder: Embedder,
@@ -365,7 +365,8 @@ async def test_a_stream_past_the_start_window_waits_its_turn_or_gets_429_and_sta
     """A start window of one (ragkit/admission.py): while another request holds the place
     (admitted, no token yet), a streamed answer waits in line. Past the access timeout it is
     refused with 429 and Retry-After, and nothing is started; once the place is given up, the
-    one waiting streams."""
+    one waiting streams. A plain answer waits the same way, and gives up its place at its
+    first token."""
     _, key = keys.create_key(module_database.sessions, "t")
     batch = uuid.uuid4().hex[:8]
     ask = {"question": QUESTION, "max_answer_tokens": 8}
@@ -413,6 +414,24 @@ async def test_a_stream_past_the_start_window_waits_its_turn_or_gets_429_and_sta
             events = await waiting
             assert events[0] == "start" and "token" in events and events[-1] == "answer", events
             assert admission.in_window(model) == 0 and admission.in_flight(model) == 0
+
+            # A plain answer waits in line too, and gives its place up at its first token, as a
+            # stream does: a burst's plain requests start a batch at a time.
+            await holder.take_turn()
+            headers = bearer(key) | {"X-Request-ID": f"plain-{batch}"}
+            long = {"question": QUESTION, "max_answer_tokens": 96}
+            plain = asyncio.create_task(http.post("/v1/ask", json=long, headers=headers))
+            await until(lambda: admission.waiting(model) == 1)
+            holder.release()
+            await until(lambda: admission.in_window(model) == 1)  # its turn: it starts
+            # Its first token: the place is free while it still generates.
+            await until(lambda: admission.in_window(model) == 0)
+            assert admission.in_flight(model) == 1 and not plain.done()
+            answered = await plain
+            assert answered.status_code == 200, answered.text
+            assert "turn;dur=" in answered.headers["server-timing"]
+            assert admission.in_window(model) == 0 and admission.in_flight(model) == 0
+            assert app.state.token_listener.subscribers == 0  # its first-token watch is gone
 
 
 async def until(condition: Callable[[], bool], within: float = 30) -> None:

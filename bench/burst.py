@@ -1,7 +1,7 @@
 """Row 5 of bench/serving.py: a burst past capacity through the OpenAI endpoint, on the embedded
 stack as processes, at the default admission settings (ragkit/admission.py).
 
-    .venv/bin/python bench/burst.py [--requests 300] [--max-tokens 8] [--sides lifted,bounded,two]
+    .venv/bin/python bench/burst.py [--requests 300] [--max-tokens 8] [--sides lifted,bounded,two,floor]
     .venv/bin/python bench/burst.py --calibrate      # measure the costs admission counts
 
 Sides, one after the other on one stack (each with the gateways it names, the others stopped):
@@ -12,6 +12,9 @@ Sides, one after the other on one stack (each with the gateways it names, the ot
 - `bounded`: one gateway at the defaults.
 - `two`: two gateways at the defaults, the burst split between them as a load balancer would;
   their backlog gauges are polled, so the row shows the two together hold one bound.
+- `floor`: no gateway; a bare ASGI app on uvicorn, on the serving CPUs as the gateway runs, that
+  answers every request 429 at once. Its `to 429` is what any Python front takes to refuse the
+  same burst on this machine, with this client: the floor under the gateway's.
 
 Each side sends `requests` streamed asks at once, waits for every run to end, then
 `requests` plain asks at once. Per request: its status; for admitted ones the time to the first
@@ -39,9 +42,11 @@ import json
 import math
 import re
 import statistics
+import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +59,8 @@ sys.path.insert(0, str(ROOT))
 from bench.load import QUESTIONS, MixedLoad  # noqa: E402
 from bench.scaleout import api_key  # noqa: E402
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
+from durable_rag.stack.process import free_port, port_in_use  # noqa: E402
+from ragkit.cpus import spawn_on  # noqa: E402
 from ragkit.retrieval import estimate_tokens  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
 
@@ -328,6 +335,44 @@ async def burst(http: aiohttp.ClientSession, urls: list[str], key: str, requests
     )
 
 
+# The floor side's server: nothing of ours, only uvicorn (uvloop, httptools) as the gateway runs.
+FLOOR_APP = """
+import sys, uvicorn
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 429,
+                "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1")]})
+    await send({"type": "http.response.body", "body": b'{"detail": "overloaded"}'})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_config=None, access_log=False,
+            lifespan="off")
+"""
+
+
+@contextlib.contextmanager
+def floor_server(stack: ProcessStack) -> Iterator[str]:
+    """FLOOR_APP on a free port, on the serving CPUs; its base URL once it accepts."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-c", FLOOR_APP, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=spawn_on(stack.serving),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not port_in_use(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the floor's server did not start (exit {process.poll()})")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 def start_gateways(stack: ProcessStack, count: int, **overrides: Any) -> list[str]:
     for n in list(stack.gateway_ports):
         stack.gateway(n).stop(timeout=15)
@@ -348,6 +393,7 @@ async def run_sides(sides: list[str], requests: int, tokens: int) -> list[dict[s
     settings = stack.settings
     timeout, target = settings.access_timeout_seconds, settings.llm.p99_target_seconds
     rows: list[dict[str, Any]] = []
+    floor = contextlib.ExitStack()
     try:
         if "probe" in sides:
             probe = await asyncio.to_thread(shared_count_probe, stack, requests)
@@ -355,10 +401,12 @@ async def run_sides(sides: list[str], requests: int, tokens: int) -> list[dict[s
             rows.append({"side": "probe", **probe})
         async with session(2 * requests + 20, 600) as http:
             for side in [s for s in sides if s != "probe"]:
-                count = 2 if side == "two" else 1
+                count = {"two": 2, "floor": 0}.get(side, 1)
                 urls = await asyncio.to_thread(
                     start_gateways, stack, count, **(LIFTED if side == "lifted" else {})
                 )
+                if side == "floor":
+                    urls = [floor.enter_context(floor_server(stack))]
                 await asyncio.sleep(2 * settings.gateway.heartbeat_seconds)  # they see each other
                 for streamed in (True, False):
                     backlogs = Backlogs(urls)
@@ -367,7 +415,7 @@ async def run_sides(sides: list[str], requests: int, tokens: int) -> list[dict[s
                           flush=True)  # fmt: skip
                     began = time.monotonic()
                     later = None
-                    if side != "lifted":  # nothing is refused on arrival there
+                    if side not in ("lifted", "floor"):  # nothing is refused on arrival there
                         later = asyncio.create_task(late_refusals(http, urls[0], key))
                     sent = await burst(http, urls, key, requests, tokens, streamed)
                     poller.cancel()
@@ -380,6 +428,7 @@ async def run_sides(sides: list[str], requests: int, tokens: int) -> list[dict[s
                     print(json.dumps(row, default=str), flush=True)
                     await quiet(client)
     finally:
+        floor.close()
         await asyncio.to_thread(stack.close)
     return rows
 
@@ -511,8 +560,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument(
         "--sides",
-        default="lifted,bounded,two",
-        help="lifted, bounded, two; probe: time a count shared in Postgres instead",
+        default="lifted,bounded,two,floor",
+        help="lifted, bounded, two, floor; probe: time a count shared in Postgres instead",
     )
     parser.add_argument("--calibrate", action="store_true")
     parser.add_argument("--json", type=Path, default=None)

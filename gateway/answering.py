@@ -83,7 +83,11 @@ async def admitted(request: Request, cost: Cost) -> Ticket:
 async def take_turn(request: Request, ticket: Ticket, deadline: Deadline) -> None:
     """Wait for the ticket's place in its model's start window (ragkit/admission.py): streamed
     requests reach the engine in arrival order, a batch at a time. 429 with Retry-After when no
-    place came by the deadline (nothing was started, the ticket is released)."""
+    place came by the deadline (nothing was started, the ticket is released). The door waits
+    for it first (gateway/door.py); this waits only for a request the door let through without
+    a ticket."""
+    if getattr(request.state, "turned", False):
+        return
     try:
         await asyncio.wait_for(ticket.take_turn(), deadline.left())
     except TimeoutError as exc:

@@ -20,6 +20,7 @@ first, as a stream does at its end, loses nothing).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -36,6 +37,7 @@ from pydantic import BaseModel
 
 from gateway import openai_compat
 from gateway.middleware import Message, Receive, Scope, Send
+from gateway.streams import Deadline
 from ragkit.admission import Admission, Overloaded, Ticket
 from ragkit.metrics import GATEWAY_BACKLOG, GATEWAY_REJECTED
 from ragkit.settings import Settings
@@ -133,11 +135,15 @@ async def admit(app_state: Any, route: str, cost: Cost) -> Ticket:
 
 def refusal(path: str, exc: Overloaded) -> Response:
     """The 429 of a refused request, in its endpoint's error shape (OpenAI's for its paths)."""
-    headers = {"Retry-After": str(exc.retry_after)}
+    return refused(path, str(exc), exc.retry_after)
+
+
+def refused(path: str, message: str, retry_after: int) -> Response:
+    headers = {"Retry-After": str(retry_after)}
     if path in openai_compat.PATHS:
-        body = openai_compat.error(429, str(exc))
+        body = openai_compat.error(429, message)
     else:
-        body = json.dumps({"detail": str(exc)})
+        body = json.dumps({"detail": message})
     return Response(body, 429, headers, media_type="application/json")
 
 
@@ -186,11 +192,42 @@ class Door:
                 return
             state["timing"].append(("admit", time.monotonic()))
             state["ticket"] = ticket
+            if not await self.turn(scope, route, ticket, receive, send):
+                return
         try:
             await self.app(scope, replay(first, receive), send)
         finally:
             if ticket is not None:
                 ticket.release()
+
+    async def turn(
+        self, scope: Scope, route: LiveRoute, ticket: Ticket, receive: Receive, send: Send
+    ) -> bool:
+        """The admitted request's turn in its model's start window, waited for here, before
+        routing, validation and the key lookup: a burst's admitted requests wait at no cost to
+        the event loop that answers its refusals (through FastAPI, each ran its dependencies
+        first, ~0.5 ms apiece among the burst's 429s). No turn within the access timeout: 429
+        with Retry-After, the ticket released, nothing started."""
+        state = scope["state"]
+        deadline = Deadline.after(self.state.settings.access_timeout_seconds, state.get("arrived"))
+        try:
+            await asyncio.wait_for(ticket.take_turn(), deadline.left())
+        except TimeoutError:
+            ticket.release()
+            settings = self.state.settings
+            GATEWAY_REJECTED.labels(route.template, model_label(ticket.model, None, settings)).inc()
+            scope["route"] = SimpleNamespace(path=route.template)
+            retry = ticket.retry_after
+            message = (
+                f"overloaded: no turn to start a generation of model {ticket.model!r} within "
+                f"{deadline.said}; retry after {retry} s"
+            )
+            await refused(scope["path"], message, retry)(scope, receive, send)
+            return False
+        finally:
+            state["timing"].append(("turn", time.monotonic()))
+            state["turned"] = True
+        return True
 
 
 async def whole_body(receive: Receive) -> Message:

@@ -31,9 +31,9 @@ target. The alternative, one count shared in Postgres (a locked transaction per 
 11 ms per admission at P50 and 0.40 s for a burst of 300 on an idle stack, against 0.07 ms here
 (`bench/burst.py --sides probe`): a refusal could not come within 100 ms through it.
 
-The start window orders what comes before generation. An admitted streamed request takes a place
-in its model's window before its workflow starts and gives it up at its first token (or its
-end); at most `start_window` hold one, and the rest wait in arrival order. Retrieval, the
+The start window orders what comes before generation. An admitted request, streamed or plain,
+takes a place in its model's window before its workflow starts and gives it up at its first
+token (or its end); at most `start_window` hold one, and the rest wait in arrival order. Retrieval, the
 workflow's tasks and the dispatch are CPU work: fifty at once share the CPU and all reach the
 engine after about fifty times one's cost, while the engine needs only its batch to start
 decoding. In order, the first batch reaches it after a batch's worth, and the rest follow while it

@@ -433,8 +433,9 @@ class LlmSettings(BaseModel):
         default=None,
         ge=0,
         le=100_000,
-        description="Streamed live requests per model and gateway process that may be on their "
-        "way to the engine at once (admitted, workflow started, retrieving, dispatched) before "
+        description="Live requests (streamed or plain) per model and gateway process that may "
+        "be on their way to the engine at once (admitted, workflow started, retrieving, "
+        "dispatched) before "
         "their first token; later ones wait their turn in arrival order (ragkit/admission.py). "
         "All at once, fifty retrievals share the CPU and reach the engine together, seconds "
         "after the first could have. Unset: llm_max_num_seqs (what the engine's batch needs); "

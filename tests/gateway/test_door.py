@@ -5,6 +5,7 @@ tests/gateway/test_overload.py's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -27,12 +28,13 @@ from schemas.gateway import AskBody, ChatCompletionBody, MessageBody
 MODEL = Settings().llm.name  # a configured model: the metrics label it by name
 
 
-def admission(target: float = 10) -> Admission:
+def admission(target: float = 10, window: int = 0) -> Admission:
     """A request of 8 answer tokens costs 1 s of work and 1.8 s of latency."""
     costs = Costs(
         request_seconds=1, prefill_seconds_per_token=0, per_token_seconds=0.1, max_num_seqs=8
     )
-    return Admission(Limits(costs=costs, target_seconds=target, max_answer_tokens=256))
+    limits = Limits(costs=costs, target_seconds=target, max_answer_tokens=256, start_window=window)
+    return Admission(limits)
 
 
 class Inner:
@@ -105,6 +107,36 @@ async def test_past_capacity_the_request_is_refused_at_the_door_and_the_app_neve
     assert gate.in_flight(MODEL) == 8 and gate.refused == 1
     for ticket in held:
         ticket.release()
+
+
+async def test_an_admitted_request_waits_its_turn_at_the_door_before_the_app_runs() -> None:
+    """A start window of one, held: the next admitted request waits in line at the door (its
+    dependencies, key lookup and workflow start have not run), reaches the app once the place
+    is given up, and past the access timeout gets 429 there instead, its ticket released."""
+    gate = admission(window=1)
+    holder = gate.admit(MODEL, 8)
+    await holder.take_turn()
+    inner = Inner(gate)
+    async with client(inner) as http:
+        waiting = asyncio.create_task(http.post("/v1/ask", json=ASK))
+        while gate.waiting(MODEL) == 0:
+            await asyncio.sleep(0.01)
+        assert inner.calls == [] and gate.in_flight(MODEL) == 2
+        holder.release()
+        response = await waiting
+        assert response.status_code == 200, response.text
+        assert len(inner.calls) == 1 and gate.in_window(MODEL) == 0
+
+        holder = gate.admit(MODEL, 8)
+        await holder.take_turn()
+        inner.app.state.settings = Settings(gateway_request_timeout_seconds=0.3)
+        response = await http.post("/v1/ask", json=ASK)
+    assert response.status_code == 429, response.text
+    assert "no turn to start a generation" in response.json()["detail"]
+    assert response.headers["Retry-After"] == "2"  # the holder's 1.1 s of work, whole seconds
+    assert len(inner.calls) == 1  # the app never ran for it
+    assert gate.in_flight(MODEL) == 1 and gate.waiting(MODEL) == 0
+    holder.release()
 
 
 async def test_a_failing_endpoint_still_gives_its_ticket_back() -> None:

@@ -193,19 +193,15 @@ async def start_answer(
     request_key: str | None,
     stream_id: str = "",
     history: Any = None,
-    model: str | None = None,
     request: Request | None = None,
 ) -> WorkflowHandle[Any, Answer]:
     """`request_key`: the caller's X-Request-ID, if it sent one (a retry attaches to its run;
-    another body under it is 409). `model`: the one the request was admitted for (its
-    ticket's)."""
+    another body under it is 409). A request that names no model goes to the default alias as
+    it is now, not as it was at admission: it may have waited in the start window through a
+    model swap, which drains the old model's worker only of the answers started before it."""
     try:
         handle = await rag.start_ask(
-            ask_request,
-            request_key=request_key,
-            stream_id=stream_id,
-            history=history,
-            model=model,
+            ask_request, request_key=request_key, stream_id=stream_id, history=history
         )
     except IdempotencyConflict as exc:
         raise HTTPException(409, str(exc)) from exc
@@ -256,15 +252,12 @@ async def start_streamed_answer(
     ask_request: AskRequest,
     request_key: str | None,
     history: Any = None,
-    model: str | None = None,
     request: Request | None = None,
 ) -> tuple[WorkflowHandle[Any, Answer], str, asyncio.Queue[Any]]:
     """The token stream first, so no token is published before anyone listens."""
     stream_id, queue = await open_stream(listener)
     try:
-        handle = await start_answer(
-            rag, ask_request, request_key, stream_id, history, model, request
-        )
+        handle = await start_answer(rag, ask_request, request_key, stream_id, history, request)
     except BaseException:
         listener.close_stream(stream_id)
         raise

@@ -11,7 +11,6 @@ heartbeats later, and until then its peers admit a smaller share than they could
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -20,6 +19,7 @@ import uuid
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from gateway.streams import stop_task
 from ragkit.admission import Admission
 from ragkit.metrics import GATEWAY_PEERS
 from ragkit.store import gateways
@@ -59,11 +59,8 @@ class Peers:
         self._task = asyncio.create_task(self._run(), name="gateway-heartbeat")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
         try:
             await asyncio.to_thread(gateways.leave, self.sessions, self.id)
         except SQLAlchemyError as exc:

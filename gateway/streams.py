@@ -27,6 +27,14 @@ def in_background(work: Coroutine[Any, Any, Any]) -> None:
     task.add_done_callback(_background.discard)
 
 
+async def stop_task(task: asyncio.Task[Any] | None) -> None:
+    """Cancel `task` (None: nothing to do) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 @dataclass(frozen=True)
 class Deadline:
     """When a live request's access timeout passes: `seconds` after it arrived (the gateway's

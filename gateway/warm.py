@@ -17,7 +17,6 @@ waits out (durable_rag/client.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from durable_rag.client import DEFAULT_MODEL_STALE_SECONDS, DEFAULT_MODEL_TTL_SECONDS, RagClient
+from gateway.streams import stop_task
 from ragkit.store import keys
 
 log = logging.getLogger("durable_rag.gateway")
@@ -127,11 +127,8 @@ class Refresher:
             self._task = asyncio.create_task(self._run(), name="gateway-read-ahead")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -57,7 +57,6 @@ async def ask(
                 ask_request,
                 request.state.request_key,
                 stream_id,
-                model=ticket.model,
                 request=request,
             )
             return await finish_answer(handle, deadline, request)
@@ -88,7 +87,6 @@ async def ask_stream(
             listener,
             ask_request,
             request.state.request_key,
-            model=ticket.model,
             request=request,
         )
     except BaseException:

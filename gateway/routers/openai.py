@@ -88,14 +88,14 @@ async def chat_completions(
         with ticket:
             async with plain_turn(request, ticket, deadline, listener) as stream_id:
                 handle = await start_answer(
-                    rag, ask_request, request_key, stream_id, history, ticket.model, request
+                    rag, ask_request, request_key, stream_id, history, request
                 )
                 answer = await finish_answer(handle, deadline, request)
         return openai_compat.completion(answer, body.model)
     try:
         await take_turn(request, ticket, deadline)
         handle, stream_id, queue = await start_streamed_answer(
-            rag, listener, ask_request, request_key, history, ticket.model, request
+            rag, listener, ask_request, request_key, history, request
         )
     except BaseException:
         ticket.release()

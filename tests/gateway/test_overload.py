@@ -20,17 +20,17 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_rag.stack.process import free_port
 from gateway.app import create_app
-from gateway.server import serving_here
+from ragkit import policies
 from ragkit.embedding import Embedder
 from ragkit.ids import conversation_workflow_id
 from ragkit.llm.engine import VllmEngine
-from ragkit.store import keys
+from ragkit.store import keys, model_alias
 from tests.conftest import Database, answer_of
-from tests.gateway.test_streaming import ESSAY, bearer, closed_status, served, sse
+from tests.gateway.test_streaming import ESSAY, bearer, closed_status, on_uvicorn, served, sse
 from tests.workflows.test_answer import QUESTION, answering, ingest_sample
 from tests.workflows.test_ingest import save_history
+from workers import llm as llm_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -366,7 +366,7 @@ async def test_a_request_past_the_start_window_waits_its_turn_or_gets_429_and_st
     (admitted, no token yet), a streamed answer waits in line. Past the access timeout it is
     refused with 429 and Retry-After, and nothing is started; once the place is given up, the
     one waiting streams. A plain answer waits the same way, and gives up its place at its
-    first token."""
+    first token; one that named no model starts on the default model of its start."""
     _, key = keys.create_key(module_database.sessions, "t")
     batch = uuid.uuid4().hex[:8]
     ask = {"question": QUESTION, "max_answer_tokens": 8}
@@ -381,11 +381,7 @@ async def test_a_request_past_the_start_window_waits_its_turn_or_gets_429_and_st
     ) as (_, rag, _served):
         model = await rag.default_model()  # what an answer that names no model is admitted for
         app = create_app(rag.settings, rag)
-        port = free_port()
-        async with (
-            serving_here(app, port),
-            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http,
-        ):
+        async with on_uvicorn(app) as http:
             admission = app.state.admission
             holder = admission.admit(model, 8)
             await holder.take_turn()
@@ -432,6 +428,26 @@ async def test_a_request_past_the_start_window_waits_its_turn_or_gets_429_and_st
             assert "turn;dur=" in answered.headers["server-timing"]
             assert admission.in_window(model) == 0 and admission.in_flight(model) == 0
             assert app.state.token_listener.subscribers == 0  # its first-token watch is gone
+
+            # A request that names no model and waits in line through a model swap goes to the
+            # model new answers go to when it starts, not to the one it was admitted for: the
+            # swap drains the old model's worker only of the answers started before it.
+            new = f"new-{batch}"
+            worker = llm_worker.build_worker(
+                client, rag.settings, engine, task_queue=policies.llm_queue(new)
+            )
+            async with worker:
+                await holder.take_turn()
+                headers = bearer(key) | {"X-Request-ID": f"swapped-{batch}"}
+                swapped = asyncio.create_task(http.post("/v1/ask", json=ask, headers=headers))
+                await until(lambda: admission.waiting(model) == 1)
+                model_alias.activate(module_database.sessions, new, model)
+                assert await rag.default_model(fresh=True) == new
+                holder.release()
+                answered = await swapped
+            assert answered.status_code == 200, answered.text
+            assert answered.json()["model"] == new and answered.json()["route"] == "primary"
+            model_alias.activate(module_database.sessions, model, model)
 
 
 async def until(condition: Callable[[], bool], within: float = 30) -> None:

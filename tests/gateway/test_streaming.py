@@ -67,21 +67,30 @@ async def served(
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
     """The stack, an LLM worker and the gateway on uvicorn on a free port, with an HTTP client
     for it: real sockets, so a client that closes its connection is a real disconnect."""
-    async with answering(client, database, embedder, llm_engine, data_dir, **overrides) as (
-        _,
-        rag,
-        _model,
+    async with (
+        answering(client, database, embedder, llm_engine, data_dir, **overrides) as (
+            _,
+            rag,
+            _model,
+        ),
+        on_uvicorn(create_app(rag.settings, rag), timeout=300) as http,
     ):
-        port = free_port()
-        async with (
-            serving_here(create_app(rag.settings, rag), port),
-            httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{port}",
-                timeout=300,
-                limits=httpx.Limits(max_connections=60),
-            ) as http,
-        ):
-            yield http, rag
+        yield http, rag
+
+
+@asynccontextmanager
+async def on_uvicorn(app: Any, timeout: float = 60) -> AsyncIterator[httpx.AsyncClient]:
+    """`app` (create_app's) on uvicorn on a free port, with an HTTP client for it."""
+    port = free_port()
+    async with (
+        serving_here(app, port),
+        httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}",
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=60),
+        ) as http,
+    ):
+        yield http
 
 
 async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
@@ -657,11 +666,7 @@ async def test_the_access_timeout_counts_from_arrival_so_a_wait_in_line_is_spent
         gateway_request_timeout_seconds=3,
     ) as (_, rag, _served):
         app = create_app(rag.settings, rag)
-        port = free_port()
-        async with (
-            serving_here(app, port),
-            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http,
-        ):
+        async with on_uvicorn(app) as http:
             admission = app.state.admission
             holder = admission.admit(await rag.default_model(), 8)
             await holder.take_turn()

@@ -31,6 +31,7 @@ from ragkit.settings import Settings
 
 log = logging.getLogger(__name__)
 
+ISOLATION_PASSES = 5
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _SYSFS = Path("/sys/devices/system/cpu")
 
@@ -187,17 +188,27 @@ def isolate_engine(split: CpuSplit, pid: int = 0) -> int:
     """Once the engine has loaded: every thread of this process and its descendants (vLLM's
     scheduler process, Temporal in a bench) moves to the serving CPUs, except the engine's
     OpenMP threads, already bound inside the engine's CPUs. What they start later inherits it.
-    Returns how many threads moved."""
+    Returns how many threads moved.
+
+    Passes until one finds nothing left to move (at most ISOLATION_PASSES): a thread started
+    during a pass by one not yet moved inherits every CPU (CI once found one such thread of
+    vLLM's EngineCore on the engine's CPU)."""
     root = pid or os.getpid()
     engine = set(split.engine)
     moved = 0
-    for process in [root, *_descendants(root)]:
-        for tid in thread_ids(process):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if os.sched_getaffinity(tid) <= engine:
-                    continue
-                os.sched_setaffinity(tid, split.serving)
-                moved += 1
+    for _ in range(ISOLATION_PASSES):
+        now = 0
+        for process in [root, *_descendants(root)]:
+            for tid in thread_ids(process):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    mask = os.sched_getaffinity(tid)
+                    if mask <= engine or mask == set(split.serving):
+                        continue
+                    os.sched_setaffinity(tid, split.serving)
+                    now += 1
+        moved += now
+        if not now:
+            break
     return moved
 
 

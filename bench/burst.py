@@ -569,7 +569,9 @@ def main() -> None:
     began = time.monotonic()
     if args.calibrate:
         found = asyncio.run(calibrate(min(args.requests, 120)))
-        print("\nmeasured costs (set as the defaults in ragkit/settings.py, or in the env):")
+        print(
+            "\nmeasured costs (set as the defaults in ragkit/settings/serving.py, or in the env):"
+        )
         for name, value in found.items():
             print(f"  DURABLE_RAG_{name.upper()}={value}")
         out: Any = found

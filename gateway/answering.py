@@ -33,7 +33,7 @@ from gateway.errors import http_error, stream_error
 from gateway.middleware import mark
 from gateway.streams import Deadline, in_background, text_events
 from ragkit.admission import Overloaded, Ticket
-from ragkit.metrics import ANSWER_TIMEOUTS, GATEWAY_REJECTED
+from ragkit.metrics import ANSWER_TIMEOUTS
 from ragkit.retrieval import estimate_tokens
 from ragkit.settings import Settings
 from ragkit.streaming import TokenListener
@@ -88,21 +88,11 @@ async def take_turn(request: Request, ticket: Ticket, deadline: Deadline) -> Non
     a ticket."""
     if getattr(request.state, "turned", False):
         return
+    route = getattr(request.scope.get("route"), "path", None) or "unmatched"
     try:
-        await asyncio.wait_for(ticket.take_turn(), deadline.left())
-    except TimeoutError as exc:
-        ticket.release()
-        route = getattr(request.scope.get("route"), "path", None) or "unmatched"
-        GATEWAY_REJECTED.labels(
-            route, door.model_label(ticket.model, None, request.app.state.settings)
-        ).inc()
-        retry = ticket.retry_after
-        raise HTTPException(
-            429,
-            f"overloaded: no turn to start a generation of model {ticket.model!r} within "
-            f"{deadline.said}; retry after {retry} s",
-            headers={"Retry-After": str(retry)},
-        ) from exc
+        await door.wait_turn(ticket, deadline, route, request.app.state.settings)
+    except door.NoTurn as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from exc
     finally:
         mark(request.state, "turn")
 

@@ -133,6 +133,30 @@ async def admit(app_state: Any, route: str, cost: Cost) -> Ticket:
     return ticket
 
 
+class NoTurn(Exception):
+    """No place in the start window came within the access timeout: the ticket was released
+    and the refusal counted; nothing was started. `str()` is the 429's message."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+async def wait_turn(ticket: Ticket, deadline: Deadline, route: str, settings: Settings) -> None:
+    """The ticket's place in its model's start window, by the deadline; else NoTurn."""
+    try:
+        await asyncio.wait_for(ticket.take_turn(), deadline.left())
+    except TimeoutError as exc:
+        ticket.release()
+        GATEWAY_REJECTED.labels(route, model_label(ticket.model, None, settings)).inc()
+        retry = ticket.retry_after
+        raise NoTurn(
+            f"overloaded: no turn to start a generation of model {ticket.model!r} within "
+            f"{deadline.said}; retry after {retry} s",
+            retry,
+        ) from exc
+
+
 def refusal(path: str, exc: Overloaded) -> Response:
     """The 429 of a refused request, in its endpoint's error shape (OpenAI's for its paths)."""
     return refused(path, str(exc), exc.retry_after)
@@ -208,21 +232,13 @@ class Door:
         the event loop that answers its refusals (through FastAPI, each ran its dependencies
         first, ~0.5 ms apiece among the burst's 429s). No turn within the access timeout: 429
         with Retry-After, the ticket released, nothing started."""
-        state = scope["state"]
-        deadline = Deadline.after(self.state.settings.access_timeout_seconds, state.get("arrived"))
+        state, settings = scope["state"], self.state.settings
+        deadline = Deadline.after(settings.access_timeout_seconds, state.get("arrived"))
         try:
-            await asyncio.wait_for(ticket.take_turn(), deadline.left())
-        except TimeoutError:
-            ticket.release()
-            settings = self.state.settings
-            GATEWAY_REJECTED.labels(route.template, model_label(ticket.model, None, settings)).inc()
+            await wait_turn(ticket, deadline, route.template, settings)
+        except NoTurn as exc:
             scope["route"] = SimpleNamespace(path=route.template)
-            retry = ticket.retry_after
-            message = (
-                f"overloaded: no turn to start a generation of model {ticket.model!r} within "
-                f"{deadline.said}; retry after {retry} s"
-            )
-            await refused(scope["path"], message, retry)(scope, receive, send)
+            await refused(scope["path"], str(exc), exc.retry_after)(scope, receive, send)
             return False
         finally:
             state["timing"].append(("turn", time.monotonic()))

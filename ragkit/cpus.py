@@ -194,7 +194,7 @@ def isolate_engine(split: CpuSplit, pid: int = 0) -> int:
     during a pass by one not yet moved inherits every CPU (CI once found one such thread of
     vLLM's EngineCore on the engine's CPU)."""
     root = pid or os.getpid()
-    engine = set(split.engine)
+    engine, serving = set(split.engine), set(split.serving)
     moved = 0
     for _ in range(ISOLATION_PASSES):
         now = 0
@@ -202,7 +202,7 @@ def isolate_engine(split: CpuSplit, pid: int = 0) -> int:
             for tid in thread_ids(process):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     mask = os.sched_getaffinity(tid)
-                    if mask <= engine or mask == set(split.serving):
+                    if mask <= engine or mask == serving:
                         continue
                     os.sched_setaffinity(tid, split.serving)
                     now += 1

@@ -47,15 +47,16 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.burst_client import Sent, ask  # noqa: E402
 from bench.load import QUESTIONS, MixedLoad  # noqa: E402
 from bench.scaleout import api_key  # noqa: E402
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
@@ -73,98 +74,12 @@ LONG_QUESTION = (
 )
 
 
-@dataclass
-class Sent:
-    """One request as the client saw it (monotonic seconds from its send)."""
-
-    streamed: bool
-    gateway: int
-    status: int | str = 0
-    headers: float = math.nan  # the response began
-    first_token: float = math.nan
-    total: float = math.nan
-    retry_after: str = ""
-    error_event: int = 0  # the status an error chunk carried, after a 200
-    timing: dict[str, float] = field(default_factory=dict)  # Server-Timing, ms
-    prompt_tokens: int = 0
-    began: float = 0.0  # monotonic, for the overlap of admitted requests
-    ended: float = 0.0
-    # When its body was written: the time before is the client's own (600 connections opened
-    # by one process on the gateway's CPUs), not the server's.
-    sent: float = math.nan
-
-
-def parse_timing(header: str) -> dict[str, float]:
-    return {
-        m.group(1): float(m.group(2)) for m in re.finditer(r"(\w+);dur=([0-9.]+)", header or "")
-    }
-
-
 def session(connections: int, total: float) -> aiohttp.ClientSession:
-    """The burst's client. aiohttp rather than httpx: it writes a request's headers and body in
-    one write, so the gateway has the body when it sees the request, and it costs the client's
-    event loop far less per request (the client shares the gateway's 2 CPUs)."""
-    tracing = aiohttp.TraceConfig()
-
-    async def sent(_: Any, context: Any, __: Any) -> None:
-        if context.trace_request_ctx is not None:
-            context.trace_request_ctx.sent = time.monotonic() - context.trace_request_ctx.began
-
-    tracing.on_request_headers_sent.append(sent)
+    """The late asks' and the backlog poller's client (the burst's own: bench/burst_client.py)."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=connections, force_close=True),
         timeout=aiohttp.ClientTimeout(total=total, sock_connect=60),
-        trace_configs=[tracing],
     )
-
-
-async def ask(http: aiohttp.ClientSession, url: str, key: str, q: str, tokens: int,
-              streamed: bool, gateway: int) -> Sent:  # fmt: skip
-    # A unique start: the engine's prefix cache serves the retrieved passages that repeat (they
-    # come first in the prompt), never the question itself, as with users' own questions.
-    body = {
-        "model": "durable-rag",
-        "messages": [{"role": "user", "content": f"({uuid.uuid4().hex[:6]}) {q}"}],
-        "max_tokens": tokens,
-        "stream": streamed,
-        "stream_options": {"include_usage": True} if streamed else None,
-    }
-    body = {k: v for k, v in body.items() if v is not None}
-    headers = {"Authorization": f"Bearer {key}", "X-Request-ID": f"burst-{uuid.uuid4().hex[:12]}"}
-    out = Sent(streamed, gateway, began=time.monotonic())
-    began = out.began
-    try:
-        async with http.post(
-            f"{url}/v1/chat/completions", json=body, headers=headers, trace_request_ctx=out
-        ) as response:
-            out.headers = time.monotonic() - began
-            out.status = response.status
-            out.timing = parse_timing(response.headers.get("server-timing", ""))
-            out.retry_after = response.headers.get("retry-after", "")
-            if response.status != 200:
-                await response.read()
-            elif streamed:
-                async for raw in response.content:
-                    line = raw.decode().rstrip("\r\n")
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line[6:])
-                    if "error" in chunk:
-                        out.error_event = int(chunk["error"].get("code") or 500)
-                    elif chunk.get("usage"):
-                        out.prompt_tokens = chunk["usage"]["prompt_tokens"]
-                    elif math.isnan(out.first_token) and any(
-                        c.get("delta", {}).get("content") for c in chunk.get("choices", [])
-                    ):
-                        out.first_token = time.monotonic() - began
-            else:
-                reply = json.loads(await response.read())
-                out.prompt_tokens = reply.get("usage", {}).get("prompt_tokens", 0)
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        out.status = f"error: {type(exc).__name__}"
-    out.ended = time.monotonic()
-    out.total = out.ended - began
-    return out
 
 
 def pct(values: list[float], q: float) -> float:
@@ -315,19 +230,19 @@ class Backlogs:
             await asyncio.sleep(0.2)
 
 
-async def burst(http: aiohttp.ClientSession, urls: list[str], key: str, requests: int, tokens: int,
-                streamed: bool, question: str | None = None) -> list[Sent]:  # fmt: skip
+async def burst(urls: list[str], key: str, requests: int, tokens: int, streamed: bool,
+                total: float, question: str | None = None) -> list[Sent]:  # fmt: skip
     return list(
         await asyncio.gather(
             *(
                 ask(
-                    http,
                     urls[n % len(urls)],
                     key,
                     question or QUESTIONS[n % len(QUESTIONS)],
                     tokens,
                     streamed,
                     n % len(urls),
+                    total,
                 )
                 for n in range(requests)
             )
@@ -417,7 +332,7 @@ async def run_sides(sides: list[str], requests: int, tokens: int) -> list[dict[s
                     later = None
                     if side not in ("lifted", "floor"):  # nothing is refused on arrival there
                         later = asyncio.create_task(late_refusals(http, urls[0], key))
-                    sent = await burst(http, urls, key, requests, tokens, streamed)
+                    sent = await burst(urls, key, requests, tokens, streamed, 600)
                     poller.cancel()
                     row = summary(side, sent, timeout, target)
                     if later is not None:
@@ -499,27 +414,26 @@ async def calibrate(requests: int) -> dict[str, float]:
         # Every request must run to its end: no bound, and no access timeout either.
         unbounded = LIFTED | {"gateway_request_timeout_seconds": 3_600}
         urls = await asyncio.to_thread(start_gateways, stack, 1, **unbounded)
-        async with session(requests + 20, 900) as http:
-            found: dict[str, list[tuple[float, float]]] = {}
-            # The first burst after a start warms caches, the engine and the workers' pools: not
-            # counted. Short-8 runs first and last, so drift over the run shows, and averages.
-            for name, question, tokens in (
-                ("warm-up", None, 8),
-                ("short-8", None, 8),
-                ("long-8", LONG_QUESTION, 8),
-                ("short-64", None, 64),
-                ("short-8", None, 8),
-            ):
-                print(f"calibration burst {name} ...", flush=True)
-                count = requests // 2 if name == "warm-up" else requests
-                sent = await burst(http, urls, key, count, tokens, True, question)
-                bad = [s.status for s in sent if s.status != 200 or s.error_event]
-                if bad:
-                    raise RuntimeError(f"{name}: {len(bad)} requests failed: {bad[:5]}")
-                prompt = statistics.mean(s.prompt_tokens for s in sent)
-                found.setdefault(name, []).append((slope(sent), prompt))
-                print(f"  {slope(sent):.3f} s per request; prompt {prompt:.0f} tokens", flush=True)
-                await quiet(client)
+        found: dict[str, list[tuple[float, float]]] = {}
+        # The first burst after a start warms caches, the engine and the workers' pools: not
+        # counted. Short-8 runs first and last, so drift over the run shows, and averages.
+        for name, question, tokens in (
+            ("warm-up", None, 8),
+            ("short-8", None, 8),
+            ("long-8", LONG_QUESTION, 8),
+            ("short-64", None, 64),
+            ("short-8", None, 8),
+        ):
+            print(f"calibration burst {name} ...", flush=True)
+            count = requests // 2 if name == "warm-up" else requests
+            sent = await burst(urls, key, count, tokens, True, 900, question)
+            bad = [s.status for s in sent if s.status != 200 or s.error_event]
+            if bad:
+                raise RuntimeError(f"{name}: {len(bad)} requests failed: {bad[:5]}")
+            prompt = statistics.mean(s.prompt_tokens for s in sent)
+            found.setdefault(name, []).append((slope(sent), prompt))
+            print(f"  {slope(sent):.3f} s per request; prompt {prompt:.0f} tokens", flush=True)
+            await quiet(client)
     finally:
         await asyncio.to_thread(stack.close)
     short = statistics.mean(x for x, _ in found["short-8"])
@@ -568,7 +482,8 @@ def main() -> None:
     args = parser.parse_args()
     began = time.monotonic()
     if args.calibrate:
-        found = asyncio.run(calibrate(min(args.requests, 120)))
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            found = runner.run(calibrate(min(args.requests, 120)))
         print(
             "\nmeasured costs (set as the defaults in ragkit/settings/serving.py, or in the env):"
         )
@@ -576,7 +491,8 @@ def main() -> None:
             print(f"  DURABLE_RAG_{name.upper()}={value}")
         out: Any = found
     else:
-        rows = asyncio.run(run_sides(args.sides.split(","), args.requests, args.max_tokens))
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            rows = runner.run(run_sides(args.sides.split(","), args.requests, args.max_tokens))
         print()
         print_rows(rows)
         out = rows

@@ -83,15 +83,16 @@ def model_label(chosen: str, requested: str | None, settings: Settings) -> str:
 class RefusalLog:
     """One warning line a second at most for a route's refusals, with how many it stands for:
     a burst refused at the door is hundreds of 429s in a second, and a line each (~40 µs on
-    a busy event loop) would be a good part of each refusal's cost. Each refusal still has its
-    access line and its count in `durable_rag_gateway_rejected_total`."""
+    a busy event loop) would be a good part of each refusal's cost. It is the refusals' log:
+    their access lines are at DEBUG (`gateway.middleware.RequestId`), and each is counted in
+    `durable_rag_gateway_rejected_total`."""
 
     def __init__(self, every: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.every, self._clock = every, clock
         self._last: dict[str, float] = {}  # route -> when its last line was written
         self._unsaid: dict[str, int] = {}  # route -> refusals since then, not yet in a line
 
-    def refused(self, route: str, exc: Overloaded) -> None:
+    def refused(self, route: str, reason: str) -> None:
         now = self._clock()
         if now - self._last.get(route, -math.inf) < self.every:
             self._unsaid[route] = self._unsaid.get(route, 0) + 1
@@ -99,7 +100,7 @@ class RefusalLog:
         self._last[route] = now
         more = self._unsaid.pop(route, 0)
         since = f" ({more} more refused since the last line)" if more else ""
-        log.warning("refused %s: %s%s", route, exc, since)
+        log.warning("refused %s: %s%s", route, reason, since)
 
 
 REFUSALS = RefusalLog()
@@ -127,7 +128,7 @@ async def admit(app_state: Any, route: str, cost: Cost) -> Ticket:
         ticket = admission.admit(chosen, cost.answer_tokens, cost.prompt_tokens)
     except Overloaded as exc:
         GATEWAY_REJECTED.labels(route, label).inc()
-        REFUSALS.refused(route, exc)
+        REFUSALS.refused(route, str(exc))
         raise
     _watch_backlog(admission, chosen, label)
     return ticket
@@ -150,11 +151,12 @@ async def wait_turn(ticket: Ticket, deadline: Deadline, route: str, settings: Se
         ticket.release()
         GATEWAY_REJECTED.labels(route, model_label(ticket.model, None, settings)).inc()
         retry = ticket.retry_after
-        raise NoTurn(
+        message = (
             f"overloaded: no turn to start a generation of model {ticket.model!r} within "
-            f"{deadline.said}; retry after {retry} s",
-            retry,
-        ) from exc
+            f"{deadline.said}; retry after {retry} s"
+        )
+        REFUSALS.refused(route, message)
+        raise NoTurn(message, retry) from exc
 
 
 def refusal(path: str, exc: Overloaded) -> Response:

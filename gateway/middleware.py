@@ -97,8 +97,16 @@ class RequestId:
             HTTP_REQUESTS.labels(route, scope["method"], str(status or 0)).inc()
             # The trace id rides as an exemplar (OpenMetrics), never as a label.
             HTTP_SECONDS.labels(route).observe(seconds, exemplar={"trace_id": request_id[:64]})
-            log.info(
-                "%s %s %s %.0f ms", scope["method"], scope["path"], status or "-", seconds * 1000
+            # A refusal's line is at DEBUG: a burst's hundreds of 429s a second would each pay
+            # ~40 µs of the loop that answers the rest; gateway.door.RefusalLog says them
+            # once a second per route, with their count.
+            log.log(
+                logging.DEBUG if status == 429 else logging.INFO,
+                "%s %s %s %.0f ms",
+                scope["method"],
+                scope["path"],
+                status or "-",
+                seconds * 1000,
             )
             TRACE_ID.reset(token)
 

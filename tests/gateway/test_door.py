@@ -19,6 +19,7 @@ from starlette.routing import Route
 
 from gateway import door
 from gateway.door import Cost, Door, LiveRoute
+from gateway.middleware import RequestId
 from gateway.routers import answers, conversations, openai
 from ragkit.admission import Admission, Costs, Limits, Overloaded
 from ragkit.retrieval import estimate_tokens
@@ -249,13 +250,38 @@ def test_a_burst_of_refusals_is_logged_once_a_second_with_how_many_it_stands_for
         gate.admit(MODEL, 8)
     with caplog.at_level("WARNING", logger="durable_rag.gateway"):
         for _ in range(300):
-            log.refused("/v1/ask", refused.value)
+            log.refused("/v1/ask", str(refused.value))
             now[0] += 0.001
-        log.refused("/v1/chat/completions", refused.value)  # another route: its own line
+        log.refused("/v1/chat/completions", str(refused.value))  # another route: its own line
         now[0] += 1.0
-        log.refused("/v1/ask", refused.value)
+        log.refused("/v1/ask", str(refused.value))
     lines = [record.getMessage() for record in caplog.records]
     assert len(lines) == 3
     assert lines[0].startswith("refused /v1/ask: overloaded:") and "more refused" not in lines[0]
     assert lines[1].startswith("refused /v1/chat/completions: overloaded:")
     assert lines[2].endswith("(299 more refused since the last line)")
+
+
+async def test_a_refusals_access_line_is_at_debug_and_an_admitted_requests_at_info(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A burst's 429s are said by RefusalLog once a second; their own access lines would cost
+    the loop that answers the rest (gateway/middleware.py)."""
+    gate = admission(target=10)
+    inner = Inner(gate)
+    route = LiveRoute("/v1/ask", AskBody, answers.cost)
+    app = RequestId(Door(inner.app, [route]))
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    with caplog.at_level("DEBUG", logger="durable_rag.gateway"):
+        async with httpx.AsyncClient(transport=transport, base_url="http://door") as http:
+            admitted = await http.post("/v1/ask", json=ASK)
+            held = [gate.admit(MODEL, 8) for _ in range(8)]
+            refused = await http.post("/v1/ask", json=ASK)
+    assert (admitted.status_code, refused.status_code) == (200, 429)
+    access = [r for r in caplog.records if r.getMessage().startswith("POST /v1/ask")]
+    assert [(r.levelname, r.getMessage().split()[2]) for r in access] == [
+        ("INFO", "200"),
+        ("DEBUG", "429"),
+    ]
+    for ticket in held:
+        ticket.release()

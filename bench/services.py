@@ -41,6 +41,9 @@ async def bench_services(
             "workflow_task_queue": f"bench-wf-{uuid.uuid4().hex[:6]}",
             "index_task_queue": f"bench-ix-{uuid.uuid4().hex[:6]}",
             "live_task_queue": f"bench-live-{uuid.uuid4().hex[:6]}",
+            # Workers in this process are unversioned (nothing makes a build current here);
+            # bench/stack.py's processes run versioned, as `durable-rag up`.
+            "worker_versioning": False,
             **overrides,
         }
         settings = Settings(**values)

@@ -64,7 +64,7 @@ def status() -> None:
         )
         console.print(f"{part.name:22} {state:>20}  pid {part.pid or '-':>7}  {part.detail}")
     if all(p.running or not p.required for p in parts):
-        for line in stack.urls():
+        for line in [*stack.urls(), *stack.builds()]:
             console.print(line)
     else:
         raise typer.Exit(1)

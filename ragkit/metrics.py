@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, Info
 
 CHUNKS_EMBEDDED = Counter(
     "durable_rag_chunks_embedded_total", "Passages encoded by the embedding model.", ["model"]
@@ -18,6 +18,13 @@ STEP_SECONDS = Histogram(
     "Time spent in one pipeline step inside an activity.",
     ["step"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+
+WORKER_BUILD = Info(
+    "durable_rag_worker_build",
+    "The build a worker polls its task queue as (Worker Deployment Versioning): its deployment "
+    "and build id; an unversioned worker's deployment is empty.",
+    ["task_queue"],
 )
 
 ACTIVITY_SECONDS = Histogram(

@@ -46,6 +46,11 @@ class RunStatus(Contract):
 class Readiness(Contract):
     ready: bool
     checks: dict[str, str] = Field(description="Each dependency: 'ok' or why it is not ready.")
+    builds: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Each worker check: the builds polling its queue (Worker Deployment "
+        "Versioning; 'unversioned' for a worker without a build).",
+    )
 
 
 class DocumentBody(Contract):

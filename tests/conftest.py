@@ -440,6 +440,9 @@ def make_settings(**overrides: Any) -> Settings:
         "live_task_queue": f"live-{uuid.uuid4().hex[:8]}",
         # A test's workers stop when it ends: a short drain keeps a stuck activity from holding it.
         "worker_drain_seconds": 5,
+        # In-process workers are unversioned: hundreds of tests' uuid queues would all join one
+        # deployment version. Process stacks run versioned, as `durable-rag up` does.
+        "worker_versioning": False,
     }
     values.update(overrides)
     return Settings(**values)

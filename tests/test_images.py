@@ -126,8 +126,11 @@ async def test_the_containerized_gateway_ingests_a_document_and_answers_from_it(
             )  # fmt: skip
             assert started.returncode == 0, started.stderr
         client = await connect(stack.settings, quiet_runtime())
+        # In this process, on the session's engine: unversioned (the containers' workers are
+        # versioned and make their builds current themselves).
+        unversioned = stack.settings.model_copy(update={"worker_versioning": False})
         llm = llm_worker.build_worker(
-            client, stack.settings, llm_engine, task_queue=worker_queue(stack.settings, "llm")
+            client, unversioned, llm_engine, task_queue=worker_queue(stack.settings, "llm")
         )
         await host_workers.enter_async_context(llm)
         await wait_polled(client, stack.settings.temporal.workflow_task_queue)

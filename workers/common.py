@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import start_http_server
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.exceptions import CancelledError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
@@ -27,7 +28,7 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.worker.workflow_sandbox._runner import _Instance as _SandboxedInstance
 
-from ragkit import cuda, failpoints, metrics
+from ragkit import cuda, deployments, failpoints, metrics
 from ragkit.embedding import Embedder, load_embedder
 from ragkit.index.generations import Generations
 from ragkit.index.reads import ActiveReader, IndexReader, ReadClient
@@ -166,9 +167,13 @@ class _ActivityMetricsInbound(ActivityInboundInterceptor):
 
 
 async def run_until_signalled(
-    *workers: Worker, on_stop: Callable[[], Awaitable[None]] | None = None
+    *workers: Worker,
+    promote: str = "never",
+    on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Run workers until SIGINT/SIGTERM, then let in-flight activities finish (graceful)."""
+    """Run workers until SIGINT/SIGTERM, then let in-flight activities finish (graceful). A
+    versioned worker's build is made current once it polls, per `promote`
+    (ragkit.deployments.make_current; `DURABLE_RAG_WORKER_PROMOTE`)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -176,11 +181,34 @@ async def run_until_signalled(
     async with contextlib.AsyncExitStack() as running:
         for worker in workers:
             await running.enter_async_context(worker)
-            log.info("worker polling task queue %s", worker.task_queue)
+            deployed = deployed_as(worker)
+            build = f"build {deployed.build_id} of {deployed.deployment_name}" if deployed else ""
+            log.info("worker polling task queue %s %s", worker.task_queue, build or "unversioned")
+            metrics.WORKER_BUILD.labels(worker.task_queue).info(
+                {
+                    "deployment": deployed.deployment_name if deployed else "",
+                    "build_id": deployed.build_id if deployed else "",
+                }
+            )
+        for version in {v for w in workers if (v := deployed_as(w)) is not None}:
+            client, name, build = workers[0].client, version.deployment_name, version.build_id
+            if await deployments.make_current(client, name, build, promote) and (
+                promote == "always"
+            ):
+                # A restart onto new code: the old build's workers are gone.
+                await deployments.move_open_runs(client, name, build)
         await stop.wait()
         log.info("workers on %s shutting down", ", ".join(w.task_queue for w in workers))
     if on_stop is not None:
         await on_stop()
+
+
+def deployed_as(worker: Worker) -> WorkerDeploymentVersion | None:
+    """The deployment version a worker polls as; None: unversioned."""
+    config = worker.config().get("deployment_config")
+    if config is None or not config.use_worker_versioning:
+        return None
+    return config.version
 
 
 def load_embedder_for(settings: Settings) -> Embedder:

@@ -31,6 +31,7 @@ from ragkit.logs import setup_logging
 from ragkit.rerank import Reranker, load_reranker
 from ragkit.settings import Settings
 from ragkit.temporal import connect
+from workers.build import deployment_config
 from workers.common import (
     load_embedder_for,
     make_runtime,
@@ -63,6 +64,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.temporal.index_task_queue,
+        deployment_config=deployment_config(settings, "index"),
         interceptors=worker_interceptors(settings),
         graceful_shutdown_timeout=timedelta(seconds=settings.worker.drain_seconds),
         activities=[
@@ -141,7 +143,7 @@ async def main(settings: Settings) -> None:
             log.warning("index generation %s: %s; starting a rebuild", active.name, reason)
             await RagClient(client, settings).start_rebuild()
         yield_cpu_to_live_work(settings)  # once loaded: a slow start would only delay readiness
-        await run_until_signalled(worker, on_stop=close_index)
+        await run_until_signalled(worker, promote=settings.worker.promote, on_stop=close_index)
 
 
 def rebuild_reason(active: IndexGeneration, settings: Settings, embedder: Embedder) -> str:

@@ -32,6 +32,7 @@ from ragkit.settings import Settings
 from ragkit.store import served_models
 from ragkit.streaming import TokenPublisher
 from ragkit.temporal import connect
+from workers.build import deployment_config
 from workers.common import (
     make_runtime,
     refuse_unless_cuda_works,
@@ -87,6 +88,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or policies.llm_queue(engine.model_name),
+        deployment_config=deployment_config(settings, "llm"),
         interceptors=worker_interceptors(settings),
         graceful_shutdown_timeout=timedelta(seconds=settings.worker.drain_seconds),
         activities=[inference.generate, inference.rewrite_query, inference.summarize],
@@ -122,7 +124,7 @@ async def main(settings: Settings) -> None:
         engine.close()
 
     worker = build_worker(client, settings, engine)
-    await run_until_signalled(worker, on_stop=close_engine)
+    await run_until_signalled(worker, promote=settings.worker.promote, on_stop=close_engine)
 
 
 if __name__ == "__main__":

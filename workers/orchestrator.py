@@ -39,6 +39,7 @@ from ragkit.logs import setup_logging
 from ragkit.parsing.isolation import IsolatedParser, ParseLimits, Parser
 from ragkit.settings import Settings
 from ragkit.temporal import connect
+from workers.build import deployment_config
 from workers.common import (
     load_embedder_for,
     make_runtime,
@@ -151,6 +152,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or (t.live_task_queue if live else t.workflow_task_queue),
+        deployment_config=deployment_config(settings, "orchestrator"),
         interceptors=worker_interceptors(settings),
         graceful_shutdown_timeout=timedelta(seconds=w.drain_seconds),
         workflows=LIVE_WORKFLOWS if live else WORKFLOWS,
@@ -196,7 +198,7 @@ async def main(settings: Settings) -> None:
         bulk, live = build_workers(
             client, settings, sessions, embedder, reader, executor, live_executor
         )
-        await run_until_signalled(bulk, live)
+        await run_until_signalled(bulk, live, promote=settings.worker.promote)
     reader.close()
 
 

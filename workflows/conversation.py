@@ -77,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.answer import AnswerWorkflow
     from workflows.calls import call, degrade, describe, policy_table
     from workflows.forget import ForgetRunsWorkflow
+    from workflows.versioning import NEXT_RUN_ON_CURRENT_BUILD, new_build_is_current
 
 # Chat-template tokens around each turn (role markers, separators).
 TURN_OVERHEAD_TOKENS = 4
@@ -146,11 +147,15 @@ class ConversationWorkflow:
                 self.reload_requested
                 or self.turns_this_run >= window.turns_per_run
                 or workflow.info().is_continue_as_new_suggested()
+                or new_build_is_current()
             ) and not self.closing:
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished() and not self.summarizing
                 )
-                workflow.continue_as_new(wf_input)
+                # The next run starts on the current build (this one is pinned to its own).
+                workflow.continue_as_new(
+                    wf_input, initial_versioning_behavior=NEXT_RUN_ON_CURRENT_BUILD
+                )
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     @workflow.update

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         describe_skipped,
     )
     from workflows.calls import call, describe, is_permanent_config_error
+    from workflows.versioning import NEXT_RUN_ON_CURRENT_BUILD, new_build_is_current
 
 
 @workflow.defn
@@ -84,7 +85,7 @@ class IngestWorkflow:
             staged = await staging
             prefetched = None
             if number + 1 < last:
-                if workflow.info().is_continue_as_new_suggested():
+                if workflow.info().is_continue_as_new_suggested() or new_build_is_current():
                     last = number + 1
                 else:
                     # Stage the next batch (orchestrator: parse, chunk, Postgres) while this one is
@@ -112,7 +113,9 @@ class IngestWorkflow:
                         skipped=self._skipped,
                         notes=self._notes,
                     ),
-                )
+                ),
+                # The next run starts on the current build (this one is pinned to its own).
+                initial_versioning_behavior=NEXT_RUN_ON_CURRENT_BUILD,
             )
         self._stage = "done"
         result = IngestResult(

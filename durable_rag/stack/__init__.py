@@ -16,10 +16,13 @@ else, or a part that dies while starting, is a `StackError` with the reason and 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+
+from temporalio.client import Client
 
 from durable_rag.stack.postgres import EmbeddedPostgres, migrate
 from durable_rag.stack.process import Process, StackError, port_in_use
@@ -38,6 +41,7 @@ from durable_rag.stack.workers import (
     worker_process,
     worker_queue,
 )
+from ragkit import deployments
 from ragkit.codec import rotate, ui_token
 from ragkit.cpus import format_cpus
 from ragkit.db import make_sessionmaker
@@ -229,6 +233,34 @@ class EmbeddedStack:
             echo("stopped  Postgres")
         if self.temporal.stop():
             echo("stopped  Temporal dev server")
+
+    def builds(self) -> list[str]:
+        """This checkout's build, and each worker kind's current build in Temporal (nothing
+        while Temporal is down)."""
+        if not self.temporal.process.running():
+            return []
+        here = self.settings.worker.build_id or deployments.computed_build_id()
+        prefix = self.settings.worker.deployment_name
+
+        async def current() -> dict[str, str]:
+            client = await asyncio.wait_for(
+                Client.connect(self.temporal.address, namespace=self.settings.temporal.namespace),
+                timeout=5,
+            )
+            found = {}
+            for kind in WORKER_KINDS:
+                routing = await deployments.routing(
+                    client, deployments.deployment_name(prefix, kind)
+                )
+                found[kind] = (routing.current if routing else None) or "none"
+            return found
+
+        try:
+            kinds = asyncio.run(current())
+        except Exception as exc:  # Temporal starting or stopping: say so, do not fail status
+            return [f"Builds:            this checkout {here}; current unknown ({exc!r})"]
+        currents = ", ".join(f"{kind} {build}" for kind, build in kinds.items())
+        return [f"Builds:            this checkout {here}; current: {currents}"]
 
     def status(self) -> list[PartStatus]:
         parts = [

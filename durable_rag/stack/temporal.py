@@ -31,6 +31,10 @@ DYNAMIC_CONFIG: tuple[str, ...] = (
     # Values are JSON: a duration is a quoted string.
     'history.transferProcessorUpdateAckInterval="1s"',
     'history.visibilityProcessorUpdateAckInterval="1s"',
+    # A build's drainage (no open run pinned to it: its workers can stop) is checked every 3
+    # minutes by default; every second, so `durable-rag deploy` sees a drain in seconds.
+    'matching.wv.VersionDrainageStatusRefreshInterval="1s"',
+    'matching.wv.VersionDrainageStatusVisibilityGracePeriod="1s"',
 )
 
 

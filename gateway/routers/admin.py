@@ -6,12 +6,13 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 from sqlalchemy import text
+from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
 from gateway.deps import AppSettings, Rag, Sessions
 from ragkit import policies
+from ragkit.deployments import polling_builds
 from ragkit.settings import Settings
-from ragkit.temporal import queue_has_poller
 from schemas.gateway import Readiness
 
 router = APIRouter()
@@ -26,10 +27,10 @@ async def healthz() -> dict[str, str]:
 async def readyz(
     response: Response, settings: AppSettings, sessions: Sessions, rag: Rag
 ) -> Readiness:
-    checks = await readiness(settings, sessions, rag)
+    checks, builds = await readiness(settings, sessions, rag)
     ready = all(v == "ok" for v in checks.values())
     response.status_code = 200 if ready else 503
-    return Readiness(ready=ready, checks=checks)
+    return Readiness(ready=ready, checks=checks, builds=builds)
 
 
 @router.get("/metrics")
@@ -39,11 +40,15 @@ async def metrics(request: Request) -> Response:
     return Response(encoder(REGISTRY), media_type=content_type)
 
 
-async def readiness(settings: Settings, sessions: Any, rag: RagClient) -> dict[str, str]:
+async def readiness(
+    settings: Settings, sessions: Any, rag: RagClient
+) -> tuple[dict[str, str], dict[str, list[str]]]:
     """Ready: Postgres answers, and each queue the answer path needs has a poller (a worker
     polls only once its model is loaded). The LLM queue is the active model's: after a swap,
-    the model the `default` alias names, not the settings' one (whose worker may be gone)."""
+    the model the `default` alias names, not the settings' one (whose worker may be gone).
+    With them, the builds polling each queue."""
     checks: dict[str, str] = {}
+    builds: dict[str, list[str]] = {}
     try:
         with sessions() as session:
             session.execute(text("SELECT 1"))
@@ -57,7 +62,11 @@ async def readiness(settings: Settings, sessions: Any, rag: RagClient) -> dict[s
         "llm worker": policies.llm_queue(await rag.default_model(fresh=True)),
     }
     for name, queue in queues.items():
-        checks[name] = (
-            "ok" if await queue_has_poller(rag.client, queue) else f"nobody polls {queue}"
-        )
-    return checks
+        try:
+            polling = await polling_builds(rag.client, queue)
+        except RPCError as exc:
+            checks[name] = f"Temporal did not answer: {exc.message}"
+            continue
+        checks[name] = "ok" if polling else f"nobody polls {queue}"
+        builds[name] = sorted(b or "unversioned" for b in polling)
+    return checks, builds

@@ -129,6 +129,32 @@ class WorkerSettings(BaseModel):
         "gateway's event loop (a burst's 429s, the streams' tokens) runs first; 0 leaves them "
         "at the gateway's.",
     )
+    versioning: bool = Field(
+        default=True,
+        description="Each worker runs as a build of its kind's Worker Deployment in Temporal "
+        "(`<deployment_name>-orchestrator`, `-index`, `-llm`): a run pinned to a build stays on "
+        "it, new runs go to the current build. Off: an unversioned worker (tests build theirs "
+        "so).",
+    )
+    deployment_name: str = Field(
+        default="durable-rag",
+        pattern=r"^[A-Za-z0-9_-]{1,100}$",
+        description="The prefix of the worker kinds' deployment names.",
+    )
+    build_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_.+-]{1,100}$",
+        description="This worker's build id; unset: the package version and a hash of the "
+        "workflow code (workers/build.py), the same for the same code.",
+    )
+    promote: Literal["always", "if_none", "never"] = Field(
+        default="always",
+        description="What a versioned worker does with its build when it starts: make it "
+        "current, and move the open runs of the build it replaces onto it (`always`: a restart "
+        "onto new code, as `durable-rag up` and a recreated compose service do: the old "
+        "workers are gone), only where no build is current yet (`if_none`), or leave routing "
+        "alone (`never`: workers started beside the old ones, for a ramp).",
+    )
     drain_seconds: float = Field(
         default=60.0,
         ge=0,

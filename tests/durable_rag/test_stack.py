@@ -18,6 +18,7 @@ import pytest
 from durable_rag.stack import EmbeddedStack
 from durable_rag.stack.process import Process, StackError, free_port, pid_alive
 from durable_rag.stack.temporal import TemporalDevServer
+from ragkit import deployments
 from ragkit.db import make_sessionmaker
 from ragkit.settings import Settings
 from ragkit.store import model_alias
@@ -150,6 +151,11 @@ def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
         assert running >= {"temporal", "postgres", "worker-orchestrator", "worker-index", "gateway"}
         assert status.returncode == 0, status.stdout  # the LLM worker was not asked for
         assert "not started" in status.stdout
+        # Versioned workers: each made its build current when it started (WORKER_PROMOTE).
+        build = deployments.computed_build_id()
+        current = f"orchestrator {build}, index {build}, llm none"
+        said = " ".join(status.stdout.split())  # the console wraps long lines
+        assert f"this checkout {build}; current: {current}" in said, status.stdout
         with urllib.request.urlopen(f"http://127.0.0.1:{gateway_port}/healthz") as health:
             assert health.status == 200
         # A shared drive as users keep one: the seven formats, and two files we do not read.

@@ -119,8 +119,10 @@ async def test_readyz_is_false_until_every_worker_polls(
         ) as http:
             response = await http.get("/readyz")
     assert response.status_code == 503
-    checks = response.json()["checks"]
+    checks, builds = response.json()["checks"], response.json()["builds"]
     assert checks["llm worker"] != "ok" and checks["postgres"] == "ok", checks
+    # Each worker check says which builds poll its queue: this test's workers are unversioned.
+    assert builds["llm worker"] == [] and builds["orchestrator worker"] == ["unversioned"]
 
 
 async def test_readyz_follows_the_active_model_after_a_swap(

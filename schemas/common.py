@@ -13,7 +13,18 @@ TenantId = Annotated[
 
 
 class Contract(BaseModel):
-    """Base of every schema: unknown fields are an error, not silently dropped."""
+    """Base of every schema. What workflows and activities pass each other crosses builds: with
+    versioned workers a run pinned to an older build calls the LLM and index workers' current
+    build, and an older build reads what a newer one wrote during a deploy. So a contract only
+    gains optional fields, and a field this build does not know yet is ignored, not an error
+    (tests/workflows/test_activity_contracts.py). What callers send over HTTP is a `Body`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Body(Contract):
+    """A request body a caller sends: an unknown field is an error (422) that names it, not
+    silently dropped, so a typo never passes for a setting."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,11 +50,12 @@ MetadataValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 Metadata = Annotated[dict[MetadataKey, MetadataValue], Field(max_length=32)]
 
 
-class DocumentFilter(Contract):
+class DocumentFilter(Body):
     """Which documents a search may read, besides its tenant (R20): a time range on when a
     document was first ingested (`created_*`) or when its current version was (`updated_*`),
     and metadata key/value pairs given at ingest, all of which must match. Bounds are
-    inclusive; times must carry a timezone."""
+    inclusive; times must carry a timezone. A `Body`: a caller's misspelt key must not pass for
+    no filter at all (so a field added here reaches a run only on the build that added it)."""
 
     created_after: AwareDatetime | None = None
     created_before: AwareDatetime | None = None

@@ -7,12 +7,14 @@ from typing import Literal
 from pydantic import Field
 
 from schemas.answer import AnswerPlan
-from schemas.common import Contract, TenantId
+from schemas.common import Body, Contract, TenantId
 
 CaseKind = Literal["functional", "boundary", "regression"]
 
 
-class EvalCase(Contract):
+class EvalCase(Body):
+    """One case as an eval set file spells it: an unknown key is an error, not a skipped check."""
+
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     kind: CaseKind
     question: str = Field(min_length=1, max_length=8_000)

@@ -8,10 +8,10 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from schemas.answer import LogitBias, StopSequence
-from schemas.common import Contract, DocumentFilter, Metadata
+from schemas.common import Body, Contract, DocumentFilter, Metadata
 
 
-class AskBody(Contract):
+class AskBody(Body):
     question: str = Field(min_length=1, max_length=8_000)
     document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=100)
     filter: DocumentFilter = Field(
@@ -23,7 +23,7 @@ class AskBody(Contract):
     model: str | None = Field(default=None, pattern=r"^[a-z0-9._-]{1,64}$")
 
 
-class MessageBody(Contract):
+class MessageBody(Body):
     message: str = Field(min_length=1, max_length=8_000)
     message_id: str | None = Field(
         default=None,
@@ -53,7 +53,7 @@ class Readiness(Contract):
     )
 
 
-class DocumentBody(Contract):
+class DocumentBody(Body):
     """A document sent as text (JSON). Uploads (multipart) carry the same fields as a form."""
 
     name: str = Field(
@@ -81,12 +81,12 @@ class DocumentAccepted(Contract):
 # --- OpenAI-compatible chat completions -------------------------------------------------------
 
 
-class TextPart(Contract):
+class TextPart(Body):
     type: Literal["text"]
     text: str = Field(max_length=8_000)
 
 
-class OpenAIMessage(Contract):
+class OpenAIMessage(Body):
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart] = Field(max_length=8_000)
     name: str | None = Field(default=None, max_length=64)
@@ -98,11 +98,11 @@ class OpenAIMessage(Contract):
         return "".join(part.text for part in self.content)
 
 
-class StreamOptions(Contract):
+class StreamOptions(Body):
     include_usage: bool = False
 
 
-class ResponseFormat(Contract):
+class ResponseFormat(Body):
     type: str
 
     @field_validator("type")
@@ -116,7 +116,7 @@ class ResponseFormat(Contract):
         return value
 
 
-class ChatCompletionBody(Contract):
+class ChatCompletionBody(Body):
     """OpenAI's chat completions request, as far as a retrieval answer can honour it. The
     sampling fields vLLM accepts reach the engine (gateway/openai_compat.py); without them the
     answer is greedy, so it can be reproduced. Any other field is refused (400)."""
@@ -140,7 +140,7 @@ class ChatCompletionBody(Contract):
     user: str | None = Field(default=None, max_length=256)
 
 
-class FeedbackBody(Contract):
+class FeedbackBody(Body):
     """A user's verdict on one answer, by the trace id the answer came back with."""
 
     trace_id: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:-]+$")

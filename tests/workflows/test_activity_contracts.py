@@ -1,8 +1,10 @@
 """Every activity input and result recorded in the replay histories still decodes with today's
-schemas. With versioned workers a run pinned to an older build calls activities on the LLM and
-index queues, which today's build of those workers runs (ARCHITECTURE.md, *Versioned workers*);
-and a run moved onto a new build replays its recorded results there. So a contract may only gain
-optional fields: a new required field, a renamed or retyped one fails here."""
+schemas, and with a field a newer build added. With versioned workers a run pinned to an older
+build calls activities on the LLM and index queues, which today's build of those workers runs,
+and an older build reads what a newer one wrote during a deploy (ARCHITECTURE.md, *Versioned
+workers*); a run moved onto a new build replays its recorded results there. So a contract may
+only gain optional fields, and ignores those it does not know: a new required field, a renamed
+or retyped one fails here."""
 
 from __future__ import annotations
 
@@ -81,3 +83,29 @@ def test_recorded_activity_inputs_and_results_decode_with_todays_schemas(path: P
             assert len(decoded) == len(arg_types), name
         if result and ret_type is not type(None):
             converter.from_payloads(result, [ret_type])
+
+
+def with_a_newer_field(payloads: Any) -> list[Any]:
+    """The payloads as a newer build would write them: one field more in each JSON object."""
+    out = []
+    for payload in payloads:
+        value = json.loads(payload.data)
+        if isinstance(value, dict):
+            value["added_by_a_newer_build"] = {"n": 1}
+        copy = type(payload)()
+        copy.CopyFrom(payload)
+        copy.data = json.dumps(value).encode()
+        out.append(copy)
+    return out
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+def test_an_older_build_reads_what_a_newer_one_wrote(path: Path) -> None:
+    types = activity_types()
+    converter = pydantic_data_converter.payload_converter
+    for name, inputs, result in recorded_calls(path):
+        arg_types, ret_type = types[name]
+        if inputs is not None:
+            converter.from_payloads(with_a_newer_field(inputs), arg_types)
+        if result and ret_type is not type(None):
+            converter.from_payloads(with_a_newer_field(result), [ret_type])

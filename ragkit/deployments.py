@@ -25,13 +25,16 @@ from pathlib import Path
 
 from google.protobuf.field_mask_pb2 import FieldMask
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.deployment.v1 import WorkerDeploymentVersion
+from temporalio.api.enums.v1 import TaskQueueType, VersionDrainageStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflow.v1 import VersioningOverride, WorkflowExecutionOptions
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
     DescribeWorkerDeploymentRequest,
+    DescribeWorkerDeploymentVersionRequest,
     SetWorkerDeploymentCurrentVersionRequest,
+    SetWorkerDeploymentRampingVersionRequest,
     UpdateWorkflowExecutionOptionsRequest,
 )
 from temporalio.client import Client
@@ -191,6 +194,50 @@ async def make_current(
             if exc.status not in retry or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(0.2)
+
+
+async def ramp(client: Client, deployment: str, build: str | None, percentage: float) -> None:
+    """Send `percentage` of `deployment`'s new runs to `build` (the rest to the current build);
+    `build=None` ends the ramp. A ramp of 100 % does not make a build current (`make_current`).
+    The build must have polled already."""
+    if not 0 <= percentage <= 100:
+        raise ValueError(f"a ramp is a percentage from 0 to 100, not {percentage}")
+    response = await client.workflow_service.describe_worker_deployment(
+        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+    )
+    await client.workflow_service.set_worker_deployment_ramping_version(
+        SetWorkerDeploymentRampingVersionRequest(
+            namespace=client.namespace,
+            deployment_name=deployment,
+            build_id=build or "",
+            percentage=percentage if build else 0,
+            conflict_token=response.conflict_token,
+            identity=client.identity,
+        )
+    )
+
+
+# A build's drainage, as the server says it once the build is neither current nor ramping.
+DRAINAGE = {
+    VersionDrainageStatus.VERSION_DRAINAGE_STATUS_UNSPECIFIED: "unknown",
+    VersionDrainageStatus.VERSION_DRAINAGE_STATUS_DRAINING: "draining",
+    VersionDrainageStatus.VERSION_DRAINAGE_STATUS_DRAINED: "drained",
+}
+
+
+async def drainage(client: Client, deployment: str, build: str) -> str:
+    """`draining` while runs pinned to `build` are open, then `drained` (its workers may stop);
+    `unknown` while it is current or ramping, and for a while after it stops being either (the
+    server checks every `matching.wv.VersionDrainageStatusRefreshInterval`): never stop a build's
+    workers on `unknown`."""
+    response = await client.workflow_service.describe_worker_deployment_version(
+        DescribeWorkerDeploymentVersionRequest(
+            namespace=client.namespace,
+            deployment_version=WorkerDeploymentVersion(deployment_name=deployment, build_id=build),
+        )
+    )
+    status = response.worker_deployment_version_info.drainage_info.status
+    return DRAINAGE.get(status, "unknown")
 
 
 async def move_open_runs(client: Client, deployment: str, build: str) -> int:

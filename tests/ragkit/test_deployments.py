@@ -119,3 +119,41 @@ async def test_a_restart_onto_a_new_build_moves_the_old_builds_open_runs_onto_it
         await open_run.signal(Which.release)
         assert await asyncio.wait_for(open_run.result(), 30) == "new"
         assert await deployments.move_open_runs(client, deployment, "new") == 0
+
+
+async def eventually(read: Any, expected: str, within: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while (got := await read()) != expected:
+        assert asyncio.get_running_loop().time() < deadline, f"{got!r}, never {expected!r}"
+        await asyncio.sleep(0.25)
+
+
+async def test_a_ramp_sends_new_runs_to_the_new_build_and_the_old_one_drains(
+    client: Client,
+) -> None:
+    """What `durable-rag deploy` is made of: ramp, make current, wait for the old build to
+    drain (the dev server checks drainage every second: durable_rag/stack/temporal.py)."""
+    queue, deployment = f"dq-{uuid.uuid4().hex[:8]}", f"dep-{uuid.uuid4().hex[:8]}"
+    async with versioned(client, queue, deployment, "b1"):
+        assert await deployments.make_current(client, deployment, "b1")
+        old_run = await started(client, queue)
+        async with versioned(client, queue, deployment, "b2"):
+            assert await polled_by(client, queue, {"b1", "b2"})
+            await deployments.ramp(client, deployment, "b2", 100)
+            routing = await deployments.routing(client, deployment)
+            assert routing is not None
+            assert (routing.current, routing.ramping, routing.ramp_percentage) == ("b1", "b2", 100)
+            ramped_run = await started(client, queue)
+            await ramped_run.signal(Which.release)
+            assert await asyncio.wait_for(ramped_run.result(), 30) == "b2"
+            with pytest.raises(ValueError, match="percentage"):
+                await deployments.ramp(client, deployment, "b2", 150)
+
+            await deployments.ramp(client, deployment, None, 0)
+            assert await deployments.make_current(client, deployment, "b2")
+            # b1 still has a run pinned to it: draining, until that run ends.
+            await eventually(lambda: deployments.drainage(client, deployment, "b1"), "draining")
+            await old_run.signal(Which.release)
+            assert await asyncio.wait_for(old_run.result(), 30) == "b1"
+            await eventually(lambda: deployments.drainage(client, deployment, "b1"), "drained")
+            assert await deployments.drainage(client, deployment, "b2") == "unknown"  # current

@@ -35,6 +35,7 @@ from durable_rag.stack.postgres import EmbeddedPostgres, migrate
 from durable_rag.stack.process import Process, free_port, port_in_use
 from durable_rag.stack.temporal import TemporalDevServer
 from durable_rag.stack.workers import (
+    WORKER_KINDS,
     backend_nice,
     gateway_process,
     longest_start_first,
@@ -50,7 +51,6 @@ from ragkit.llm.models import resolve_generator
 from ragkit.settings import PACKAGED_SMOLLM2, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKER_KINDS = ("orchestrator", "index", "llm")
 
 # Timeouts the fault matrix shortens, through the operators' override (DURABLE_RAG_ACTIVITY_
 # POLICIES): a SIGKILLed index worker's embedding is retried after 10 s rather than 60 s.

@@ -15,6 +15,7 @@ from temporalio.client import Client
 
 from durable_rag.stack.process import Process, StackError
 from ragkit.cpus import CpuIsolationError, engine_split
+from ragkit.deployments import KINDS
 from ragkit.policies import llm_queue
 from ragkit.settings import Settings
 from ragkit.temporal import queue_has_poller
@@ -22,7 +23,7 @@ from ragkit.temporal import queue_has_poller
 # The checkout the processes run from (python -m workers.<kind>, python -m gateway).
 ROOT = Path(__file__).resolve().parents[2]
 
-WORKER_KINDS = ("orchestrator", "index", "llm")
+WORKER_KINDS = KINDS  # each a Worker Deployment of its own (ragkit.deployments)
 
 
 def longest_start_first(kinds: Iterable[str]) -> list[str]:

@@ -26,11 +26,9 @@ from pathlib import Path
 from google.protobuf.field_mask_pb2 import FieldMask
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.deployment.v1 import WorkerDeploymentVersion
-from temporalio.api.enums.v1 import TaskQueueType, VersionDrainageStatus
-from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.enums.v1 import VersionDrainageStatus
 from temporalio.api.workflow.v1 import VersioningOverride, WorkflowExecutionOptions
 from temporalio.api.workflowservice.v1 import (
-    DescribeTaskQueueRequest,
     DescribeWorkerDeploymentRequest,
     DescribeWorkerDeploymentVersionRequest,
     SetWorkerDeploymentCurrentVersionRequest,
@@ -39,6 +37,8 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
+
+from ragkit.temporal import pollers
 
 log = logging.getLogger(__name__)
 
@@ -276,12 +276,4 @@ async def move_open_runs(client: Client, deployment: str, build: str) -> int:
 
 async def polling_builds(client: Client, queue: str) -> set[str]:
     """The builds of the workers polling `queue` now ("" for an unversioned one)."""
-    builds: set[str] = set()
-    for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
-        response = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=client.namespace, task_queue=TaskQueue(name=queue), task_queue_type=kind
-            )
-        )
-        builds |= {p.deployment_options.build_id for p in response.pollers}
-    return builds
+    return {p.deployment_options.build_id for p in await pollers(client, queue)}

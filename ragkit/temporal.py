@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -38,21 +38,24 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     )
 
 
+async def pollers(client: Client, queue: str) -> list[PollerInfo]:
+    """The workers polling `queue` now, for workflow or activity tasks."""
+    found: list[PollerInfo] = []
+    for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
+        response = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace, task_queue=TaskQueue(name=queue), task_queue_type=kind
+            )
+        )
+        found += response.pollers
+    return found
+
+
 async def queue_has_poller(client: Client, queue: str, pid: int | None = None) -> bool:
     """Whether a worker polls `queue` for activity or workflow tasks (with `pid`: that process).
     A worker polls only once its model is loaded, so this is what readiness checks."""
-    kinds = [TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW]
     try:
-        for kind in kinds:
-            response = await client.workflow_service.describe_task_queue(
-                DescribeTaskQueueRequest(
-                    namespace=client.namespace,
-                    task_queue=TaskQueue(name=queue),
-                    task_queue_type=kind,
-                )
-            )
-            if any(pid is None or p.identity.startswith(f"{pid}@") for p in response.pollers):
-                return True
+        polling = await pollers(client, queue)
     except RPCError:
         return False
-    return False
+    return any(pid is None or p.identity.startswith(f"{pid}@") for p in polling)

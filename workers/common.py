@@ -179,6 +179,7 @@ async def run_until_signalled(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as running:
+        versions: set[WorkerDeploymentVersion] = set()
         for worker in workers:
             await running.enter_async_context(worker)
             deployed = deployed_as(worker)
@@ -190,7 +191,9 @@ async def run_until_signalled(
                     "build_id": deployed.build_id if deployed else "",
                 }
             )
-        for version in {v for w in workers if (v := deployed_as(w)) is not None}:
+            if deployed is not None:
+                versions.add(deployed)
+        for version in versions:
             client, name, build = workers[0].client, version.deployment_name, version.build_id
             if await deployments.make_current(client, name, build, promote) and (
                 promote == "always"

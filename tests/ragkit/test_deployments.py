@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -46,18 +47,31 @@ def versioned(client: Client, queue: str, deployment: str, build: str) -> Worker
     )
 
 
-async def polled_by(client: Client, queue: str, builds: set[str], within: float = 10) -> bool:
+async def until(check: Callable[[], Awaitable[Any]], what: str, within: float = 30) -> None:
+    """Until `check()` is truthy: the server's routing, pollers, visibility and drainage each
+    lag a moment behind what caused them."""
     deadline = asyncio.get_running_loop().time() + within
-    while await deployments.polling_builds(client, queue) != builds:
-        if asyncio.get_running_loop().time() > deadline:
-            return False
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, f"never {what}"
         await asyncio.sleep(0.1)
-    return True
 
 
-async def build_of(handle: Any) -> str:
+async def polled_by(client: Client, queue: str, builds: set[str]) -> None:
+    """A poller shows once its first poll has reached the server."""
+
+    async def polled() -> bool:
+        return await deployments.polling_builds(client, queue) == builds
+
+    await until(polled, f"polled by {builds}")
+
+
+async def on_build(handle: Any, build: str) -> bool:
     info = (await handle.describe()).raw_description.workflow_execution_info
-    return str(info.versioning_info.deployment_version.build_id)
+    return bool(info.versioning_info.deployment_version.build_id == build)
+
+
+async def drained_as(client: Client, deployment: str, build: str, status: str) -> bool:
+    return await deployments.drainage(client, deployment, build) == status
 
 
 async def started(client: Client, queue: str) -> Any:
@@ -82,8 +96,7 @@ async def test_a_build_takes_new_runs_once_current_and_a_pinned_run_stays_on_its
             # b1 is current: a later build waits for a deploy to move traffic.
             assert not await deployments.make_current(client, deployment, "b2", "if_none")
             assert not await deployments.make_current(client, deployment, "b2", "never")
-            # A poller shows once its first poll has reached the server.
-            assert await polled_by(client, queue, {"b1", "b2"})
+            await polled_by(client, queue, {"b1", "b2"})
             assert await deployments.make_current(client, deployment, "b2", "always")
             second = await started(client, queue)
             for handle in (first, second):
@@ -105,27 +118,16 @@ async def test_a_restart_onto_a_new_build_moves_the_old_builds_open_runs_onto_it
         assert await deployments.make_current(client, deployment, "old", "always")
         open_run = await started(client, queue)
         # Its first task ran on the old build: it is pinned there.
-        deadline = asyncio.get_running_loop().time() + 10
-        while await build_of(open_run) != "old":
-            assert asyncio.get_running_loop().time() < deadline, "its first task never ran"
-            await asyncio.sleep(0.1)
+        await until(lambda: on_build(open_run, "old"), "pinned to the old build")
     async with versioned(client, queue, deployment, "new"):
         assert await deployments.make_current(client, deployment, "new", "always")
         # Visibility lags the run's first task by a moment.
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await deployments.move_open_runs(client, deployment, "new"):
-            assert asyncio.get_running_loop().time() < deadline, "the open run was never listed"
-            await asyncio.sleep(0.2)
+        await until(
+            lambda: deployments.move_open_runs(client, deployment, "new"), "the open run listed"
+        )
         await open_run.signal(Which.release)
         assert await asyncio.wait_for(open_run.result(), 30) == "new"
         assert await deployments.move_open_runs(client, deployment, "new") == 0
-
-
-async def eventually(read: Any, expected: str, within: float = 30) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while (got := await read()) != expected:
-        assert asyncio.get_running_loop().time() < deadline, f"{got!r}, never {expected!r}"
-        await asyncio.sleep(0.25)
 
 
 async def test_a_ramp_sends_new_runs_to_the_new_build_and_the_old_one_drains(
@@ -138,7 +140,7 @@ async def test_a_ramp_sends_new_runs_to_the_new_build_and_the_old_one_drains(
         assert await deployments.make_current(client, deployment, "b1")
         old_run = await started(client, queue)
         async with versioned(client, queue, deployment, "b2"):
-            assert await polled_by(client, queue, {"b1", "b2"})
+            await polled_by(client, queue, {"b1", "b2"})
             await deployments.ramp(client, deployment, "b2", 100)
             routing = await deployments.routing(client, deployment)
             assert routing is not None
@@ -152,8 +154,8 @@ async def test_a_ramp_sends_new_runs_to_the_new_build_and_the_old_one_drains(
             await deployments.ramp(client, deployment, None, 0)
             assert await deployments.make_current(client, deployment, "b2")
             # b1 still has a run pinned to it: draining, until that run ends.
-            await eventually(lambda: deployments.drainage(client, deployment, "b1"), "draining")
+            await until(lambda: drained_as(client, deployment, "b1", "draining"), "draining")
             await old_run.signal(Which.release)
             assert await asyncio.wait_for(old_run.result(), 30) == "b1"
-            await eventually(lambda: deployments.drainage(client, deployment, "b1"), "drained")
+            await until(lambda: drained_as(client, deployment, "b1", "drained"), "drained")
             assert await deployments.drainage(client, deployment, "b2") == "unknown"  # current

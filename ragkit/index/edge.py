@@ -20,6 +20,7 @@ this layout lives in `<path>` itself until its first optimize.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -131,6 +132,15 @@ class EdgeIndex:
         optimizers = qe.EdgeOptimizersConfig(
             default_segment_number=segments or None, indexing_threshold=_INDEXING_THRESHOLD_KB
         )
+        self._opener = _take_opener_lock(path)
+        try:
+            self._open(path, dimension, hnsw, optimizers)
+        except BaseException:
+            os.close(self._opener)
+            raise
+        self._unindexed = self._count_unindexed()
+
+    def _open(self, path: Path, dimension: int, hnsw: Any, optimizers: Any) -> None:
         try:
             if path.is_dir() and any(path.iterdir()):
                 self._dir = _live_dir(path)
@@ -174,7 +184,6 @@ class EdgeIndex:
                     f"vector index at {path} is open in another process (only one opener is allowed)"
                 ) from exc
             raise IndexUnavailableError(f"cannot open vector index at {path}: {exc}") from exc
-        self._unindexed = self._count_unindexed()
 
     def _stored_dimension(self) -> int | None:
         records, _ = self._shard.scroll(qe.ScrollRequest(limit=1, with_vector=True))
@@ -531,6 +540,26 @@ class EdgeIndex:
             if not self._shard_closed:  # a dropped generation is closed before its owner closes it
                 self._shard.close()
                 self._shard_closed = True
+            if self._opener >= 0:
+                os.close(self._opener)  # the next opener may load it
+                self._opener = -1
+
+
+def _take_opener_lock(path: Path) -> int:
+    """An exclusive lock beside the index at `path`, held while it is open, taken before any of
+    its files is read. Qdrant Edge refuses a second opener only after its load has begun: a
+    refused load had cut the open shard's BM25 journal short, and the first opener's next write
+    failed (tests/ragkit/index/test_contract.py)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(handle)
+        raise IndexUnavailableError(
+            f"vector index at {path} is open in another process (only one opener is allowed)"
+        ) from None
+    return handle
 
 
 def _read_ahead(shard_dir: Path) -> None:

@@ -188,16 +188,30 @@ def test_points_persist_across_reopen(kind: str, tmp_path: Path) -> None:
         again.close()
 
 
-def test_edge_index_has_one_opener(tmp_path: Path) -> None:
+def test_edge_index_has_one_opener_and_a_refused_one_leaves_its_files_alone(
+    tmp_path: Path,
+) -> None:
+    """A second opener (a deploy's new index worker started beside the old) is refused before
+    it touches a file: Qdrant Edge's own lock came after its load had cut the open shard's
+    BM25 journal short, and the first opener's next write failed ("Tracker journal ... is
+    shorter than expected")."""
     from ragkit.index import IndexUnavailableError
 
     first = open_adapter("edge", tmp_path)
     try:
-        first.upsert([point(1)])
-        with pytest.raises(IndexUnavailableError, match="another process"):
-            open_adapter("edge", tmp_path)
+        first.upsert([point(i) for i in range(20)])
+        for _ in range(2):
+            with pytest.raises(IndexUnavailableError, match="another process"):
+                open_adapter("edge", tmp_path)
+        first.upsert([point(i) for i in range(20, 40)])
+        assert first.count() == 40
     finally:
         first.close()
+    again = open_adapter("edge", tmp_path)
+    try:
+        assert again.count() == 40
+    finally:
+        again.close()
 
 
 def test_the_active_alias_moves_atomically_on_the_server(tmp_path: Path) -> None:

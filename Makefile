@@ -102,8 +102,8 @@ serving: venv
 images:
 	bash scripts/images.sh
 
-# The whole fault matrix (9 faults and the scale-out row on a stack of real processes, ~25 min); CI
-# runs a subset.
+# The whole fault matrix (9 faults, the scale-out and deploy rows on a stack of real processes,
+# ~30 min); CI runs a subset.
 faults: venv
 	$(BIN)/python bench/faults.py
 

@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.service import RPCError  # noqa: E402
 
-from bench import scaleout  # noqa: E402
+from bench import rollout, scaleout  # noqa: E402
 from bench.load import (  # noqa: E402
     MixedLoad,
     Outcome,
@@ -242,6 +243,26 @@ SCALE_OUT_WHAT = (
     "two orchestrator workers, two LLM workers and two gateways; one of each SIGKILLed mid-load "
     "(throughput of one of each against two in the row)"
 )
+# Not faults of FAULTS either: build B deployed under load (bench/rollout.py). `deploy` runs
+# `durable-rag deploy`; `restart_deploy` is the figure of before: B's workers started in A's place.
+# Each leaves the stack on B's code: they run last, `restart_deploy` (not in the default matrix)
+# after `deploy`.
+DEPLOY, RESTART_DEPLOY = "deploy", "restart_deploy"
+DEPLOY_WHAT = (
+    f"build B (a new first command in the answer and conversation workflows) deployed under the "
+    f"load: `durable-rag deploy --ramp {rollout.RAMP} --kinds orchestrator,index` from B's "
+    "code; A drained, A's workers stopped, the embedded index's one worker replaced in place"
+)
+RESTART_WHAT = (
+    "build B's workers started in place of A's (a restart onto new code: B current, A's open "
+    "runs moved onto it), the deploy before versioned workers"
+)
+ROLLOUTS = (DEPLOY, RESTART_DEPLOY)
+# The kinds the rows deploy. The LLM worker stays on A: its activities replay nothing. Beside a
+# serving engine on this 2-CPU machine, a second vLLM starved on the engine's one CPU: after
+# 6 minutes its worker process had not finished importing.
+DEPLOYED = ("orchestrator", "index")
+LAST = (SCALE_OUT, *ROLLOUTS)  # in this order, after the faults of FAULTS
 # The subset CI runs (tests/bench/test_reliability.py): one of each kind of fault (a process
 # crash, a dependency restart, a failing write, a timeout), none that reloads the model.
 FAST = ["worker_sigkill", "postgres_restart", "disk_full", "slow_activity"]
@@ -263,13 +284,25 @@ class Row:
     spread: dict[str, float] = field(default_factory=dict)  # scale_out: work per process
     seconds: float = 0.0
     degradations: dict[str, int] = field(default_factory=dict)  # degraded requests by kind
+    task_failures: int = 0  # deploy rows: workflow task failures in the row's runs
+    nondeterminism: int = 0  # of those, non-determinism errors
+    builds: dict[str, int] = field(default_factory=dict)  # deploy rows: runs closed per build
+    moved: int = 0  # deploy rows: conversations continued as new onto B
+    drained_s: float = 0.0  # deploy: from B current until A had drained
     struck: int = 0  # workflows inside the step the fault was aimed at when it struck
     retried: int = 0  # of those, how many ran a timed-out workflow task again
     details: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not (self.failed or self.lost or self.duplicated or self.left_running)
+        return not (
+            self.failed
+            or self.lost
+            or self.duplicated
+            or self.left_running
+            or self.task_failures
+            or self.nondeterminism
+        )
 
 
 async def run_fault(
@@ -391,19 +424,70 @@ async def run_scale_out(
     return row
 
 
+async def run_rollout(
+    stack: ProcessStack,
+    name: str,
+    window: float,
+    chunks: dict[str, set[str]],
+    kinds: tuple[str, ...] = DEPLOYED,
+) -> Row:
+    """Build B deployed (`deploy`) or restarted onto (`restart_deploy`) under the mixed load, on
+    `kinds` (CI leaves the LLM worker on A: a second vLLM takes minutes to load on 2 CPUs)."""
+    tenant = f"fault-{name.replace('_', '-')}"
+    began, since = time.monotonic(), datetime.now(UTC)
+    client = await connect(stack.settings, quiet_runtime())
+    commands = 1 + ROLLOUTS.index(name)  # deploy: one new command; restart_deploy: two
+    root, build_b = await asyncio.to_thread(rollout.build_b, stack, name, commands)
+    done = rollout.Rollout(await rollout.current_build(client, stack), build_b, name)
+    load = MixedLoad(client, stack.settings, tenant, stack.work / "corpus" / tenant)
+    await load.seed()
+    stop = asyncio.Event()
+    running = asyncio.create_task(load.run(stop))
+    await asyncio.sleep(3)  # the load is under way on build A
+    struck = time.monotonic()
+    switched = datetime.now(UTC)
+    if name == DEPLOY:
+        await rollout.deploy(stack, client, root, done, kinds)
+    else:
+        await asyncio.to_thread(rollout.restart, stack, root, kinds)
+        done.current_s = time.monotonic() - struck
+    fault_s = time.monotonic() - struck
+    await asyncio.sleep(window)  # the load goes on, on B
+    stop.set()
+    await running
+    row = await checked(stack, client, name, tenant, load, chunks, [])
+    await rollout.account(client, stack, done, since, switched)
+    row.details = done.lines() + row.details
+    row.task_failures, row.nondeterminism = done.task_failures, done.nondeterminism
+    row.builds, row.moved, row.drained_s = done.runs, done.moved, done.drained_s
+    if done.exit_code:
+        row.failed += 1  # the deploy itself
+    if name == RESTART_DEPLOY:
+        ended = await rollout.terminate_stuck(client, since)
+        row.details.append(f"terminated {ended} stuck run(s) after counting")
+    row.fault_s, row.seconds = fault_s, time.monotonic() - began
+    return row
+
+
 async def run_matrix(
     stack: ProcessStack,
     names: list[str],
     window: float,
     scaled: tuple[str, ...] = scaleout.SCALED,
+    deployed: tuple[str, ...] = DEPLOYED,
 ) -> list[Row]:
-    """Each fault in turn on the running stack; then the index check for all of them.
-    `scaled`: the kinds of worker scale_out runs two of (CI leaves the LLM worker at one)."""
+    """Each fault in turn on the running stack (scale_out and the deploy rows last: they leave
+    more workers, or another build, behind); then the index check for all of them. `scaled`:
+    the kinds of worker scale_out runs two of; `deployed`: the kinds a deploy row deploys (CI
+    leaves the LLM worker at one, on build A)."""
     rows: list[Row] = []
     chunks: dict[str, set[str]] = {}
+    names = [n for n in names if n not in LAST] + [n for n in LAST if n in names]
     for name in names:
         if name == SCALE_OUT:
             rows.append(await run_scale_out(stack, window, chunks, scaled))
+        elif name in ROLLOUTS:
+            rows.append(await run_rollout(stack, name, window, chunks, deployed))
         else:
             rows.append(await run_fault(stack, name, window, chunks))
         print(format_table(rows[-1:]), flush=True)
@@ -419,6 +503,12 @@ async def run_matrix(
         row.duplicated += index.duplicated
         row.details += index.details
     return rows
+
+
+def what(name: str) -> str:
+    return {SCALE_OUT: SCALE_OUT_WHAT, DEPLOY: DEPLOY_WHAT, RESTART_DEPLOY: RESTART_WHAT}.get(
+        name
+    ) or FAULTS[name].what
 
 
 def format_table(rows: list[Row]) -> str:
@@ -445,7 +535,7 @@ async def main_async(names: list[str], window: float, json_path: Path | None) ->
         await asyncio.to_thread(stack.close)
     print(f"\nFault matrix: {len(rows)} faults, {window:.0f} s each, {os.cpu_count()} CPUs")
     for name in names:
-        print(f"  {name}: {SCALE_OUT_WHAT if name == SCALE_OUT else FAULTS[name].what}")
+        print(f"  {name}: {what(name)}")
     print(format_table(rows))
     if json_path:
         json_path.write_text(
@@ -457,15 +547,19 @@ async def main_async(names: list[str], window: float, json_path: Path | None) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--faults", default=",".join([*FAULTS, SCALE_OUT]), help="comma-separated; or 'fast'"
+        "--faults",
+        default=",".join([*FAULTS, SCALE_OUT, DEPLOY]),
+        help=f"comma-separated; or 'fast'; {RESTART_DEPLOY} (not in the default) is the figure "
+        "of a deploy before versioned workers",
     )
     parser.add_argument("--window", type=float, default=15.0, help="seconds each fault lasts")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     names = FAST if args.faults == "fast" else [n.strip() for n in args.faults.split(",")]
-    unknown = [n for n in names if n not in FAULTS and n != SCALE_OUT]
+    known = [*FAULTS, *LAST]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        parser.error(f"unknown fault(s) {unknown}; known: {', '.join([*FAULTS, SCALE_OUT])}")
+        parser.error(f"unknown fault(s) {unknown}; known: {', '.join(known)}")
     sys.exit(asyncio.run(main_async(names, args.window, args.json)))
 
 

@@ -16,10 +16,8 @@ import contextlib
 import functools
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -32,7 +30,7 @@ import psutil
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from durable_rag.stack.postgres import EmbeddedPostgres, migrate
-from durable_rag.stack.process import Process, free_port, port_in_use
+from durable_rag.stack.process import Process, free_port, free_port_pair, port_in_use
 from durable_rag.stack.temporal import TemporalDevServer
 from durable_rag.stack.workers import (
     WORKER_KINDS,
@@ -157,9 +155,10 @@ class ProcessStack:
     def start_worker(self, kind: str, n: int = 1) -> None:
         self.start_workers([kind], n)
 
-    def start_workers(self, kinds: Sequence[str], n: int = 1) -> None:
-        """Start instance `n` of each kind together, then wait until each polls: their imports
-        and model loads overlap (the LLM worker's vLLM load is most of a stack's start)."""
+    def start_workers(self, kinds: Sequence[str], n: int = 1, root: Path = ROOT) -> None:
+        """Start instance `n` of each kind together, from the code at `root`, then wait until
+        each polls: their imports and model loads overlap (the LLM worker's vLLM load is most
+        of a stack's start)."""
         started = []
         for kind in longest_start_first(kinds):
             port = free_port_pair()
@@ -175,6 +174,7 @@ class ProcessStack:
                         n,
                         serving=self.serving,
                         backend_nice=self.backend_nice,
+                        root=root,
                     ),
                 )
             )
@@ -251,43 +251,6 @@ class ProcessStack:
                         total += proc.memory_info().rss
             sizes[part] = total
         return sizes
-
-
-PAIR_PORTS_FROM = 20_000
-
-
-def free_port_pair() -> int:
-    """A free port whose next port is free too (a worker serves the SDK's metrics there), taken
-    below the kernel's ephemeral range. A worker binds both only once its model is loaded (about
-    a minute for vLLM), and meanwhile any outgoing connection, vLLM's own sockets among them, may
-    be given a port of that range as its local port: the exporter then failed with 'Address
-    already in use'. Nothing is given a port below the range unless it asks for it."""
-    low = ephemeral_low()
-    if low <= PAIR_PORTS_FROM + 2:  # an unusual range: take the chance as before
-        while port_in_use((port := free_port()) + 1):
-            pass
-        return port
-    draw = random.Random()
-    while True:
-        port = draw.randrange(PAIR_PORTS_FROM, low - 1)
-        if bindable(port) and bindable(port + 1):
-            return port
-
-
-def ephemeral_low() -> int:
-    """The first of the kernel's local ports for outgoing connections (Linux's default else)."""
-    with contextlib.suppress(OSError, ValueError):
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    return 32_768
-
-
-def bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 @functools.cache

@@ -103,3 +103,112 @@ def gateway(
     from gateway.server import serve  # lazy: FastAPI, uvicorn and the whole app
 
     serve(load_settings(), host, port)
+
+
+def deploy(
+    abort: Annotated[
+        bool,
+        typer.Option("--abort", help="Send new runs back to the build the deploy began from."),
+    ] = False,
+    ramp: Annotated[
+        str,
+        typer.Option(
+            help="The orchestrator's ramp: percentages of new runs to the new build, in turn; "
+            "'' goes straight to current."
+        ),
+    ] = "10,50",
+    pause: Annotated[
+        float, typer.Option(min=0, help="Seconds at each step before its health check.")
+    ] = 30.0,
+    kinds: Annotated[
+        str, typer.Option(help="Worker kinds to deploy, comma-separated.")
+    ] = "orchestrator,index,llm",
+    max_error_rate: Annotated[
+        float,
+        typer.Option(min=0, max=1, help="The new build's activity error rate that fails a step."),
+    ] = 0.05,
+    drain_timeout: Annotated[
+        float, typer.Option(min=1, help="Seconds to wait for the old build to drain.")
+    ] = 900.0,
+    build: Annotated[
+        str | None,
+        typer.Option(help="The build to deploy; default: this checkout's (`durable-rag status`)."),
+    ] = None,
+    external: Annotated[
+        bool,
+        typer.Option(
+            "--external",
+            help="The workers are started and stopped by you (compose, Kubernetes): the deploy "
+            "waits for the new build to poll and says when to stop each side.",
+        ),
+    ] = False,
+    metrics: Annotated[
+        str,
+        typer.Option(help="--external: the new workers' metrics URLs, comma-separated."),
+    ] = "",
+) -> None:
+    """Deploy new code onto the running stack under load: new workers beside the old, a ramp
+    with health checks, then current; the old workers stop once their runs have ended."""
+    from durable_rag.deploy import (  # lazy: temporalio's client
+        Deploy,
+        DeployError,
+        ExternalFleet,
+        Fleet,
+        parse_ramp,
+    )
+    from durable_rag.stack import EmbeddedStack
+    from durable_rag.stack.process import StackError
+    from durable_rag.stack.workers import worker_queue
+    from ragkit import deployments
+
+    settings = load_settings()
+    try:
+        steps = parse_ramp(ramp)
+    except ValueError as exc:
+        usage_error(str(exc))
+    chosen = [k.strip() for k in kinds.split(",") if k.strip()]
+    unknown = sorted(set(chosen) - set(deployments.KINDS))
+    if unknown or not chosen:
+        usage_error(f"--kinds: one or more of {', '.join(deployments.KINDS)}, not {kinds!r}")
+    if not settings.worker.versioning:
+        usage_error("a deploy needs versioned workers: DURABLE_RAG_WORKER_VERSIONING is off")
+    urls = [u.strip() for u in metrics.split(",") if u.strip()]
+    if external and not urls and not abort:
+        usage_error("--external needs --metrics: the new workers' metrics URLs, for the checks")
+    fleet: Fleet
+    if external:
+        queues = {kind: worker_queue(settings, kind) for kind in deployments.KINDS}
+        fleet = ExternalFleet(queues, urls, echo=console.print)
+        state_path = settings.data_dir / "run" / "deploy.json"
+    else:
+        try:
+            stack = EmbeddedStack(settings)
+        except StackError as exc:
+            usage_error(f"{exc} (`--external` deploys onto workers you run yourself)")
+        if not stack.temporal.process.running():
+            fail("the embedded stack is not running: `durable-rag up` first")
+        fleet, state_path = stack.fleet(), stack.deploy_state_path
+
+    async def run() -> None:
+        from ragkit.temporal import connect
+
+        deploy = Deploy(
+            await connect(settings),
+            fleet,
+            settings.worker.deployment_name,
+            state_path,
+            echo=console.print,
+            drain_timeout=drain_timeout,
+            start_timeout=600 if external else 120,
+        )
+        if abort:
+            state = await deploy.abort()
+            console.print(f"aborted  the deploy of {state.build}: the old build serves new runs")
+        else:
+            target = build or settings.worker.build_id or deployments.computed_build_id()
+            await deploy.run(target, chosen, steps, pause, max_error_rate)
+
+    try:
+        asyncio.run(run())
+    except (DeployError, StackError) as exc:
+        fail(str(exc))

@@ -19,9 +19,11 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from typing import TypeVar
 
 from google.protobuf.field_mask_pb2 import FieldMask
 from temporalio.api.common.v1 import WorkflowExecution
@@ -41,6 +43,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from ragkit.temporal import pollers
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent  # the tree: workflows/, schemas/, ragkit/
 PACKAGE = "durable-rag"
@@ -115,6 +118,22 @@ def deployment_name(prefix: str, kind: str) -> str:
 PROMOTE_POLICIES = ("always", "if_none", "never")
 
 
+# The server limits the calls on one deployment (a few a second): a burst of reads waits its turn.
+BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
+
+
+async def _patiently(call: Callable[[], Awaitable[T]], within: float = 30.0) -> T:
+    delay, deadline = 0.1, time.monotonic() + within
+    while True:
+        try:
+            return await call()
+        except RPCError as exc:
+            if exc.status not in BUSY or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
 @dataclass(frozen=True)
 class Routing:
     """Where a deployment's new runs go."""
@@ -128,8 +147,12 @@ class Routing:
 async def routing(client: Client, deployment: str) -> Routing | None:
     """The deployment's routing; None until a worker of it has polled."""
     try:
-        response = await client.workflow_service.describe_worker_deployment(
-            DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+        response = await _patiently(
+            lambda: client.workflow_service.describe_worker_deployment(
+                DescribeWorkerDeploymentRequest(
+                    namespace=client.namespace, deployment_name=deployment
+                )
+            )
         )
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
@@ -189,7 +212,7 @@ async def make_current(
                 RPCStatusCode.NOT_FOUND,
                 RPCStatusCode.FAILED_PRECONDITION,
                 RPCStatusCode.ABORTED,
-                RPCStatusCode.UNAVAILABLE,
+                *BUSY,
             }
             if exc.status not in retry or time.monotonic() > deadline:
                 raise
@@ -202,19 +225,24 @@ async def ramp(client: Client, deployment: str, build: str | None, percentage: f
     The build must have polled already."""
     if not 0 <= percentage <= 100:
         raise ValueError(f"a ramp is a percentage from 0 to 100, not {percentage}")
-    response = await client.workflow_service.describe_worker_deployment(
-        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
-    )
-    await client.workflow_service.set_worker_deployment_ramping_version(
-        SetWorkerDeploymentRampingVersionRequest(
-            namespace=client.namespace,
-            deployment_name=deployment,
-            build_id=build or "",
-            percentage=percentage if build else 0,
-            conflict_token=response.conflict_token,
-            identity=client.identity,
+
+    async def set_ramp() -> None:
+        response = await client.workflow_service.describe_worker_deployment(
+            DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
         )
-    )
+        await client.workflow_service.set_worker_deployment_ramping_version(
+            SetWorkerDeploymentRampingVersionRequest(
+                namespace=client.namespace,
+                deployment_name=deployment,
+                build_id=build or "",
+                percentage=percentage if build else 0,
+                conflict_token=response.conflict_token,
+                identity=client.identity,
+                ignore_missing_task_queues=True,  # as make_current
+            )
+        )
+
+    await _patiently(set_ramp)
 
 
 # A build's drainage, as the server says it once the build is neither current nor ramping.
@@ -228,14 +256,23 @@ DRAINAGE = {
 async def drainage(client: Client, deployment: str, build: str) -> str:
     """`draining` while runs pinned to `build` are open, then `drained` (its workers may stop);
     `unknown` while it is current or ramping, and for a while after it stops being either (the
-    server checks every `matching.wv.VersionDrainageStatusRefreshInterval`): never stop a build's
-    workers on `unknown`."""
-    response = await client.workflow_service.describe_worker_deployment_version(
-        DescribeWorkerDeploymentVersionRequest(
-            namespace=client.namespace,
-            deployment_version=WorkerDeploymentVersion(deployment_name=deployment, build_id=build),
+    server checks every `matching.wv.VersionDrainageStatusRefreshInterval`), and for a build
+    that never polled: never stop a build's workers on `unknown`."""
+    try:
+        response = await _patiently(
+            lambda: client.workflow_service.describe_worker_deployment_version(
+                DescribeWorkerDeploymentVersionRequest(
+                    namespace=client.namespace,
+                    deployment_version=WorkerDeploymentVersion(
+                        deployment_name=deployment, build_id=build
+                    ),
+                )
+            )
         )
-    )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:  # a build that never polled
+            return "unknown"
+        raise
     status = response.worker_deployment_version_info.drainage_info.status
     return DRAINAGE.get(status, "unknown")
 

@@ -121,6 +121,15 @@ def conversation_workflow_id(tenant: str, conversation_id: str) -> str:
     return f"conversation-{tenant_scoped(tenant, conversation_id)}"
 
 
+def conversation_of(workflow_id: str) -> tuple[str, str] | None:
+    """(tenant, conversation id) of a `conversation_workflow_id`; None for any other id."""
+    prefix = "conversation-"
+    if not workflow_id.startswith(prefix) or TENANT_END not in workflow_id:
+        return None
+    tenant, _, conversation = workflow_id[len(prefix) :].partition(TENANT_END)
+    return (tenant, conversation) if tenant and conversation else None
+
+
 def legacy_conversation_workflow_id(tenant: str, conversation_id: str) -> str:
     """The id conversations had before ids were injective: runs started then keep naming their
     children after it (workflows/conversation.py)."""

@@ -21,6 +21,8 @@ import os
 import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from temporalio.client import Client
 
@@ -48,6 +50,9 @@ from ragkit.db import make_sessionmaker
 from ragkit.policies import llm_queue
 from ragkit.settings import Settings
 from ragkit.store import model_alias
+
+if TYPE_CHECKING:
+    from durable_rag.stack.fleet import EmbeddedFleet
 
 
 @dataclass
@@ -233,6 +238,23 @@ class EmbeddedStack:
             echo("stopped  Postgres")
         if self.temporal.stop():
             echo("stopped  Temporal dev server")
+
+    @property
+    def deploy_state_path(self) -> Path:
+        """A deploy in progress (durable_rag/deploy.py), for `--abort` and a rerun."""
+        return self.data_dir / "run" / "deploy.json"
+
+    def fleet(self, root: Path = ROOT) -> EmbeddedFleet:
+        """The workers as a deploy of the code at `root` sees them, pinned as `up` pins them."""
+        from durable_rag.stack.fleet import EmbeddedFleet  # the deploy's, which imports this
+
+        serving = serving_cpus(self.settings)
+        return EmbeddedFleet(
+            self.settings,
+            root=root,
+            serving=serving,
+            backend_nice=backend_nice(self.settings, serving),
+        )
 
     def builds(self) -> list[str]:
         """This checkout's build, and each worker kind's current build in Temporal (nothing

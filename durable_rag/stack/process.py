@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,6 +32,43 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+PAIR_PORTS_FROM = 20_000
+
+
+def free_port_pair() -> int:
+    """A free port whose next port is free too (a worker serves the SDK's metrics there), taken
+    below the kernel's ephemeral range. A worker binds both only once its model is loaded (about
+    a minute for vLLM), and meanwhile any outgoing connection, vLLM's own sockets among them, may
+    be given a port of that range as its local port: the exporter then failed with 'Address
+    already in use'. Nothing is given a port below the range unless it asks for it."""
+    low = ephemeral_low()
+    if low <= PAIR_PORTS_FROM + 2:  # an unusual range: take the chance as before
+        while port_in_use((port := free_port()) + 1):
+            pass
+        return port
+    draw = random.Random()
+    while True:
+        port = draw.randrange(PAIR_PORTS_FROM, low - 1)
+        if bindable(port) and bindable(port + 1):
+            return port
+
+
+def ephemeral_low() -> int:
+    """The first of the kernel's local ports for outgoing connections (Linux's default else)."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32_768
+
+
+def bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def pid_alive(pid: int | None) -> bool:

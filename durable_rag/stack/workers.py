@@ -61,13 +61,16 @@ def spawn_worker(
     n: int = 1,
     serving: Collection[int] | None = None,
     backend_nice: int = 0,
+    root: Path = ROOT,
 ) -> Process:
+    """Start instance `n` of `kind` from the checkout at `root` (a deploy's new build may run
+    from another tree than the launcher's)."""
     process = worker_process(data_dir, kind, n)
     pinned = kind in PINNED_KINDS and serving is not None
     process.spawn(
         [sys.executable, "-m", f"workers.{kind}"],
         env=env,
-        cwd=ROOT,
+        cwd=root,
         cpus=serving if pinned else None,
         nice=backend_nice if pinned else 0,
     )

@@ -1,5 +1,5 @@
-"""The reliability suite in CI: a 60-second soak smoke and the fast subset of the fault matrix,
-on one embedded stack of real processes (bench/stack.py).
+"""The reliability suite in CI: a 60-second soak smoke, the fast subset of the fault matrix and
+its deploy row, on one embedded stack of real processes (bench/stack.py).
 
 The full matrix (nine faults, among them the orchestrator killed inside an answer's retrieval,
 left out here for its minutes) is `make faults`; the 10-minute soak is `make soak`. Both are the
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from bench.faults import FAST, FAULTS, SCALE_OUT, format_table, run_matrix
+from bench.faults import DEPLOY, FAST, FAULTS, SCALE_OUT, format_table, run_matrix
 from bench.soak import format_report, run_soak
 from bench.stack import ProcessStack
 from ragkit.cpus import engine_split
@@ -127,3 +127,18 @@ async def test_two_orchestrators_and_two_gateways_share_the_load_and_survive_los
     # Back to one of each, as the other tests of the module expect.
     assert process_stack.worker("orchestrator").running()
     assert not process_stack.worker("orchestrator", 2).running()
+
+
+async def test_a_deploy_under_load_fails_nothing_and_moves_the_runs_to_the_new_build(
+    process_stack: ProcessStack,
+) -> None:
+    """The deploy row: build B, whose answer and conversation workflows A's histories cannot
+    replay, deployed by `durable-rag deploy` under the mixed load (the orchestrator ramped, the
+    embedded index's worker replaced in place, the LLM worker left on A). Nothing fails, is lost
+    or duplicated, no workflow task fails, and runs close on both builds. Last in the module:
+    the stack stays on B."""
+    (row,) = await run_matrix(process_stack, [DEPLOY], window=5)
+    print(format_table([row]))
+    assert row.requests > 0
+    assert row.clean, row.details
+    assert len(row.builds) == 2 and all(row.builds.values()), row.details

@@ -47,13 +47,16 @@ def versioned(client: Client, queue: str, deployment: str, build: str) -> Worker
     )
 
 
-async def until(check: Callable[[], Awaitable[Any]], what: str, within: float = 30) -> None:
+async def until(
+    check: Callable[[], Awaitable[Any]], what: str, within: float = 30, every: float = 0.1
+) -> None:
     """Until `check()` is truthy: the server's routing, pollers, visibility and drainage each
-    lag a moment behind what caused them."""
+    lag a moment behind what caused them. The server limits the calls on one deployment to a
+    few a second: a check of its routing polls every half second."""
     deadline = asyncio.get_running_loop().time() + within
     while not await check():
         assert asyncio.get_running_loop().time() < deadline, f"never {what}"
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(every)
 
 
 async def polled_by(client: Client, queue: str, builds: set[str]) -> None:

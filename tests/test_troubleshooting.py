@@ -471,6 +471,8 @@ def _runtime_files() -> dict[str, frozenset[str]]:
 
     data = Path(".data")
     processes = [worker_process(data, kind) for kind in WORKER_KINDS]
+    # A deploy's new workers run as instance 2 until they take over (durable_rag/stack/fleet.py).
+    processes += [worker_process(data, kind, 2) for kind in WORKER_KINDS]
     processes += [gateway_process(data), TemporalDevServer(data, 7233, 8233, 9233).process]
     return {
         "logs": frozenset(p.log_file.relative_to(data / "logs").as_posix() for p in processes),

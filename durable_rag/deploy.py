@@ -293,7 +293,8 @@ class Deploy:
         if state is not None and state.step == "current":
             self.echo(f"resume   the deploy of {build}: waiting for the old build to drain")
             report = Report(build, state.previous)
-            await self._retire(state, report)
+            in_place = [kind for kind in state.previous if not self.fleet.side_by_side(kind)]
+            await self._retire(state, report, in_place)
             return report
         if state is None:
             state = DeployState(build, await self._previous(build, kinds))

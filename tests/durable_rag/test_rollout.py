@@ -192,3 +192,25 @@ async def test_a_new_build_that_does_not_start_leaves_the_old_one_serving(
     assert not (tmp_path / "deploy.json").exists()
     for task in fleet.running.values():
         task.cancel()
+
+
+async def test_a_deploy_that_timed_out_draining_goes_on_where_it_stopped(
+    client: Client, tmp_path: Path
+) -> None:
+    fleet, deploy = await deployed(client, tmp_path)
+    held = await started(client, fleet.queue_name)
+    await until(lambda: on_build(held, "b1"), "pinned to b1")
+    deploy.drain_timeout = 2
+    with pytest.raises(DeployError, match="still has 1 open run"):
+        await deploy.run("b2", ["orchestrator"], [], pause=0)
+    assert fleet.stopped == []  # b1's workers keep running for the run pinned to them
+    state = DeployState.load(tmp_path / "deploy.json")
+    assert state is not None and state.step == "current"
+    await held.signal(Which.release)
+    assert await asyncio.wait_for(held.result(), 30) == "b1"
+    deploy.drain_timeout = 60
+    report = await deploy.run("b2", ["orchestrator"], [], pause=0)
+    assert report.previous == {"orchestrator": "b1"} and fleet.stopped == ["old"]
+    assert not (tmp_path / "deploy.json").exists()
+    for task in fleet.running.values():
+        task.cancel()

@@ -31,9 +31,11 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -213,8 +215,17 @@ class DeployState:
     previous: dict[str, str]  # kind -> the build current when the deploy began
     step: str = "starting"  # starting | ramping | current | aborting
     pid: int = field(default_factory=os.getpid)
+    # A pid means that process only on the host (the container) that wrote it.
+    host: str = field(default_factory=socket.gethostname)
+    writer: str = ""  # the Deploy that wrote it last: a deploy sees another's abort
 
-    def save(self, path: Path | None) -> None:
+    def running_elsewhere(self) -> bool:
+        """Whether the deploy that wrote this runs in another live process here."""
+        here = self.host == socket.gethostname()
+        return here and self.pid != os.getpid() and pid_alive(self.pid)
+
+    def save(self, path: Path | None, writer: str = "") -> None:
+        self.writer = writer or self.writer
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(asdict(self)))
@@ -266,6 +277,7 @@ class Deploy:
         self.client, self.fleet, self.prefix = client, fleet, prefix
         self.state_path, self.echo = state_path, echo
         self.drain_timeout, self.poll, self.start_timeout = drain_timeout, poll, start_timeout
+        self.token = uuid.uuid4().hex
 
     def deployment(self, kind: str) -> str:
         return deployments.deployment_name(self.prefix, kind)
@@ -280,7 +292,7 @@ class Deploy:
     ) -> Report:
         began = time.monotonic()
         state = DeployState.load(self.state_path)
-        if state is not None and pid_alive(state.pid) and state.pid != os.getpid():
+        if state is not None and state.running_elsewhere():
             raise DeployError(
                 f"a deploy of {state.build} is in progress (pid {state.pid}): wait for it, or "
                 "`durable-rag deploy --abort`"
@@ -303,8 +315,8 @@ class Deploy:
         if not todo:
             self.echo(f"build {build} is already current for {', '.join(kinds)}: nothing to do")
             return report
-        state.pid = os.getpid()
-        state.save(self.state_path)
+        state.pid, state.host = os.getpid(), socket.gethostname()
+        state.save(self.state_path, self.token)
         moves = ", ".join(f"{kind} {state.previous[kind]}" for kind in todo)
         self.echo(f"deploy   build {build} over {moves}")
         # One at a time (the embedded index has one opener): replaced once the rest is done.
@@ -325,7 +337,7 @@ class Deploy:
                 await self._check(activity_kinds, baseline, pause, max_error_rate, report, "")
             if WORKFLOW_KIND in todo:
                 state.step = "ramping"
-                state.save(self.state_path)
+                state.save(self.state_path, self.token)
                 deployment = self.deployment(WORKFLOW_KIND)
                 for percentage in ramps:
                     await deployments.ramp(self.client, deployment, build, percentage)
@@ -335,6 +347,8 @@ class Deploy:
                     )
                 await deployments.make_current(self.client, deployment, build)
                 self.echo(f"current  {WORKFLOW_KIND}: {build}")
+        except _Aborted as exc:
+            raise DeployError(str(exc)) from exc
         except Exception as exc:  # not a ^C or a cancel: those leave the state for --abort
             back = ", ".join(sorted(set(state.previous.values())))
             why = (
@@ -349,7 +363,7 @@ class Deploy:
             ) from exc
         report.current_s = time.monotonic() - began
         state.step = "current"
-        state.save(self.state_path)
+        state.save(self.state_path, self.token)
         await self._retire(state, report, in_place)
         return report
 
@@ -359,7 +373,7 @@ class Deploy:
         state = DeployState.load(self.state_path)
         if state is None:
             raise DeployError("no deploy in progress: nothing to abort")
-        if state.pid != os.getpid() and pid_alive(state.pid):
+        if state.running_elsewhere():
             self.echo(f"stopping the deploy in progress (pid {state.pid})")
             os.kill(state.pid, signal.SIGTERM)
             deadline = time.monotonic() + 30
@@ -369,6 +383,13 @@ class Deploy:
         return state
 
     # --- the steps ------------------------------------------------------------------------------
+
+    def _stop_if_aborted(self) -> None:
+        """`--abort` from elsewhere (another terminal, another container) took over: it rolls
+        back; this deploy stops where it is."""
+        state = DeployState.load(self.state_path)
+        if state is not None and state.step == "aborting" and state.writer != self.token:
+            raise _Aborted("the deploy was aborted (`durable-rag deploy --abort`)")
 
     async def _previous(self, build: str, kinds: Sequence[str]) -> dict[str, str]:
         """Each kind's current build, for the kinds whose current build is not `build`."""
@@ -410,6 +431,7 @@ class Deploy:
         step: str,
     ) -> None:
         await asyncio.sleep(pause)
+        self._stop_if_aborted()
         for kind in kinds:
             health = (await asyncio.to_thread(self.fleet.health, kind)).since(baseline[kind])
             name = f"{kind} {step}".strip()
@@ -426,9 +448,12 @@ class Deploy:
         the workers of `in_place` (activities only: their tasks wait in the queue meanwhile)."""
         began = time.monotonic()
         if WORKFLOW_KIND in state.previous:
-            report.conversations_moved = await self._drain(
-                self.deployment(WORKFLOW_KIND), state.previous[WORKFLOW_KIND]
-            )
+            try:
+                report.conversations_moved = await self._drain(
+                    self.deployment(WORKFLOW_KIND), state.previous[WORKFLOW_KIND]
+                )
+            except _Aborted as exc:
+                raise DeployError(str(exc)) from exc
         report.drained_s = time.monotonic() - began
         for kind in [k for k in ORDER if k in state.previous and k not in in_place]:
             await asyncio.to_thread(self.fleet.stop, kind, "old")
@@ -453,7 +478,7 @@ class Deploy:
 
     async def _roll_back(self, state: DeployState) -> None:
         state.step = "aborting"
-        state.save(self.state_path)
+        state.save(self.state_path, self.token)
         for kind in [k for k in ORDER if k in state.previous]:
             deployment, old = self.deployment(kind), state.previous[kind]
             routing = await deployments.routing(self.client, deployment)
@@ -463,14 +488,14 @@ class Deploy:
                 await deployments.make_current(self.client, deployment, old)
             self.echo(f"current  {kind}: {old} (back)")
         if WORKFLOW_KIND in state.previous:
-            await self._drain(self.deployment(WORKFLOW_KIND), state.build)
+            await self._drain(self.deployment(WORKFLOW_KIND), state.build, rolling_back=True)
         for kind in [k for k in ORDER if k in state.previous]:
             await asyncio.to_thread(self.fleet.stop, kind, "new")
             self.echo(f"stopped  {kind} worker of {state.build}")
         if self.state_path is not None:
             self.state_path.unlink(missing_ok=True)
 
-    async def _drain(self, deployment: str, build: str) -> int:
+    async def _drain(self, deployment: str, build: str, rolling_back: bool = False) -> int:
         """Until no open run is pinned to `build`: conversations pinned to it are told to reload
         (continue as new onto the current build), again while any is open. Returns how many were
         told. Drained: the server says so, or visibility shows no open run pinned to the build
@@ -481,6 +506,8 @@ class Deploy:
         settle = 3.0
         last_said = 0.0
         while True:
+            if not rolling_back:
+                self._stop_if_aborted()
             told |= await self._reload_conversations(deployment, build, told)
             if await deployments.drainage(self.client, deployment, build) == "drained":
                 return len(told)
@@ -532,4 +559,8 @@ class Deploy:
 
 
 class _Unhealthy(Exception):
+    pass
+
+
+class _Aborted(Exception):
     pass

@@ -150,8 +150,12 @@ async def test_abort_after_current_routes_back_and_waits_for_the_new_builds_runs
     await until(is_current, "b2 current", every=0.5)
     on_new = await started(client, fleet.queue_name)
     await until(lambda: on_build(on_new, "b2"), "pinned to b2")
-    running.cancel()  # as the operator's ^C, or --abort's SIGTERM to the deploy's process
-    aborting = asyncio.create_task(deploy.abort())
+    # `--abort` from another terminal: the running deploy sees it and stops where it is.
+    other = Deploy(client, fleet, deploy.prefix, tmp_path / "deploy.json", echo=lambda _: None)
+    other.poll = 0.5
+    aborting = asyncio.create_task(other.abort())
+    with pytest.raises(DeployError, match="aborted"):
+        await asyncio.wait_for(running, 30)
 
     async def back() -> bool:
         return await current(client, fleet) == ("b1", None)
@@ -166,7 +170,7 @@ async def test_abort_after_current_routes_back_and_waits_for_the_new_builds_runs
     await held.signal(Which.release)
     assert await asyncio.wait_for(held.result(), 30) == "b1"
     with pytest.raises(DeployError, match="no deploy in progress"):
-        await deploy.abort()
+        await other.abort()
     later = await started(client, fleet.queue_name)
     await later.signal(Which.release)
     assert await asyncio.wait_for(later.result(), 30) == "b1"

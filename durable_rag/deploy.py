@@ -213,7 +213,7 @@ class DeployState:
 
     build: str
     previous: dict[str, str]  # kind -> the build current when the deploy began
-    step: str = "starting"  # starting | ramping | current | aborting
+    step: str = "starting"  # starting | ramping | current | retiring | aborting
     pid: int = field(default_factory=os.getpid)
     # A pid means that process only on the host (the container) that wrote it.
     host: str = field(default_factory=socket.gethostname)
@@ -302,7 +302,7 @@ class Deploy:
                 f"a deploy of {state.build} stopped at step {state.step!r}: finish it from its "
                 "own code, or `durable-rag deploy --abort`"
             )
-        if state is not None and state.step == "current":
+        if state is not None and state.step in ("current", "retiring"):
             self.echo(f"resume   the deploy of {build}: waiting for the old build to drain")
             report = Report(build, state.previous)
             in_place = [kind for kind in state.previous if not self.fleet.side_by_side(kind)]
@@ -373,6 +373,11 @@ class Deploy:
         state = DeployState.load(self.state_path)
         if state is None:
             raise DeployError("no deploy in progress: nothing to abort")
+        if state.step == "retiring":
+            raise DeployError(
+                f"the deploy of {state.build} is stopping the old build's workers: too late to "
+                "abort; deploy the old code again instead"
+            )
         if state.running_elsewhere():
             self.echo(f"stopping the deploy in progress (pid {state.pid})")
             os.kill(state.pid, signal.SIGTERM)
@@ -455,6 +460,9 @@ class Deploy:
             except _Aborted as exc:
                 raise DeployError(str(exc)) from exc
         report.drained_s = time.monotonic() - began
+        # From here the old build's workers go: nothing can send runs back to it.
+        state.step = "retiring"
+        state.save(self.state_path, self.token)
         for kind in [k for k in ORDER if k in state.previous and k not in in_place]:
             await asyncio.to_thread(self.fleet.stop, kind, "old")
             await asyncio.to_thread(self.fleet.promote_new, kind)

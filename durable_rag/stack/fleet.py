@@ -6,12 +6,13 @@ for the health checks. Once the old ones stop, the new ones take over instance 1
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
 from durable_rag.deploy import Health, scrape
-from durable_rag.stack.process import StackError, free_port_pair
+from durable_rag.stack.process import Process, StackError, free_port_pair
 from durable_rag.stack.workers import (
     ROOT,
     spawn_worker,
@@ -19,6 +20,7 @@ from durable_rag.stack.workers import (
     worker_process,
     worker_queue,
 )
+from ragkit.index.base import WAITING_FOR_OPENER
 from ragkit.settings import Settings
 
 OLD, NEW = 1, 2
@@ -43,7 +45,11 @@ class EmbeddedFleet:
     def queue(self, kind: str) -> str:
         return worker_queue(self.settings, kind)
 
-    def start_new(self, kind: str, n: int = NEW, promote: str = "never") -> None:
+    def start_new(self, kind: str) -> None:
+        process = self._spawn(kind, NEW, {"DURABLE_RAG_WORKER_PROMOTE": "never"})
+        self._wait_polling(kind, process)
+
+    def _spawn(self, kind: str, n: int, extra: dict[str, str]) -> Process:
         process = worker_process(self.data_dir, kind, n)
         if process.running():
             raise StackError(
@@ -51,12 +57,8 @@ class EmbeddedFleet:
                 f"(kill {process.pid()}) or abort the deploy it belongs to"
             )
         port = free_port_pair()
-        env = {
-            **self.env,
-            # Beside the old build: the deploy decides when the new one takes runs.
-            "DURABLE_RAG_WORKER_PROMOTE": promote,
-            "DURABLE_RAG_METRICS_PORT": str(port),
-        }
+        # Beside the old build, `never`: the deploy decides when the new one takes runs.
+        env = {**self.env, "DURABLE_RAG_METRICS_PORT": str(port), **extra}
         spawn_worker(
             self.data_dir,
             kind,
@@ -66,6 +68,10 @@ class EmbeddedFleet:
             backend_nice=self.backend_nice,
             root=self.root,
         )
+        self.metrics[kind] = [f"http://127.0.0.1:{p}/metrics" for p in (port, port + 1)]
+        return process
+
+    def _wait_polling(self, kind: str, process: Process) -> None:
         wait_worker_ready(
             process,
             self.settings.temporal.address,
@@ -73,7 +79,6 @@ class EmbeddedFleet:
             self.queue(kind),
             timeout=600 if kind == "llm" else 180,
         )
-        self.metrics[kind] = [f"http://127.0.0.1:{p}/metrics" for p in (port, port + 1)]
 
     def health(self, kind: str) -> Health:
         return scrape(self.metrics.get(kind, []))
@@ -96,5 +101,34 @@ class EmbeddedFleet:
         return not (kind == "index" and self.settings.index.backend != "qdrant")
 
     def replace(self, kind: str) -> None:
+        """The embedded index's worker, which cannot run beside another: the new one loads
+        beside the old and waits for the index (`DURABLE_RAG_EDGE_OPEN_WAIT_SECONDS`); the old
+        one stops once the new one waits, and the new one opens the index the moment it is let
+        go, and makes its build current as it polls. The gap is the old one's stop, not the new
+        one's start."""
+        new = worker_process(self.data_dir, kind, NEW)
+        seen = new.log_file.stat().st_size if new.log_file.exists() else 0
+        process = self._spawn(
+            kind,
+            NEW,
+            {"DURABLE_RAG_WORKER_PROMOTE": "always", "DURABLE_RAG_EDGE_OPEN_WAIT_SECONDS": "300"},
+        )
+        deadline = time.monotonic() + 300
+        while WAITING_FOR_OPENER not in _read_from(process.log_file, seen):
+            if not process.running():
+                raise process.fail("exited while starting")
+            if time.monotonic() > deadline:
+                raise process.fail("did not reach the index within 300 s")
+            time.sleep(0.2)
         self.stop(kind, "old")
-        self.start_new(kind, OLD, promote="always")
+        self._wait_polling(kind, process)
+        self.promote_new(kind)
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -37,6 +37,11 @@ class IndexUnavailableError(RuntimeError):
     """The index cannot be reached or opened right now; retrying may help."""
 
 
+# What an opener of the embedded index logs while it waits for another process to let go (a
+# deploy's new index worker, durable_rag/stack/fleet.py, stops the old one once it reads this).
+WAITING_FOR_OPENER = "is open in another process: waiting for it to close"
+
+
 @dataclass(frozen=True)
 class IndexPoint:
     id: uuid.UUID

@@ -39,6 +39,7 @@ import qdrant_edge as qe
 from ragkit.cpus import thread_ids
 from ragkit.index.base import (
     PAYLOAD_INDEXES,
+    WAITING_FOR_OPENER,
     Fusion,
     IndexConfigError,
     IndexFilter,
@@ -103,6 +104,7 @@ class EdgeIndex:
         hnsw_ef_search: int,
         optimize_after: int = 0,
         segments: int = 0,
+        open_wait: float = 0.0,
     ) -> None:
         """`optimize_after`: build the graph in the background once this many points arrived
         since the last build (0: only when `optimize()` is called). `segments`: the optimizer's
@@ -132,7 +134,7 @@ class EdgeIndex:
         optimizers = qe.EdgeOptimizersConfig(
             default_segment_number=segments or None, indexing_threshold=_INDEXING_THRESHOLD_KB
         )
-        self._opener = _take_opener_lock(path)
+        self._opener = _take_opener_lock(path, open_wait)
         try:
             self._open(path, dimension, hnsw, optimizers)
         except BaseException:
@@ -545,21 +547,30 @@ class EdgeIndex:
                 self._opener = -1
 
 
-def _take_opener_lock(path: Path) -> int:
+def _take_opener_lock(path: Path, wait: float = 0.0) -> int:
     """An exclusive lock beside the index at `path`, held while it is open, taken before any of
-    its files is read. Qdrant Edge refuses a second opener only after its load has begun: a
-    refused load had cut the open shard's BM25 journal short, and the first opener's next write
-    failed (tests/ragkit/index/test_contract.py)."""
+    its files is read; another process holding it: wait up to `wait` seconds. Qdrant Edge refuses
+    a second opener only after its load has begun: a refused load had cut the open shard's BM25
+    journal short, and the first opener's next write failed (tests/ragkit/index/test_contract.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(handle)
-        raise IndexUnavailableError(
-            f"vector index at {path} is open in another process (only one opener is allowed)"
-        ) from None
-    return handle
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(handle)
+                raise IndexUnavailableError(
+                    f"vector index at {path} is open in another process (only one opener is "
+                    "allowed)"
+                ) from None
+        if not said:
+            log.info("vector index at %s %s (up to %.0f s)", path, WAITING_FOR_OPENER, wait)
+            said = True
+        time.sleep(0.05)
 
 
 def _read_ahead(shard_dir: Path) -> None:

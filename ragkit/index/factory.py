@@ -42,6 +42,7 @@ def open_index(
             settings.index.hnsw_ef_search,
             optimize_after=settings.index.optimize_after_points,
             segments=settings.index.edge_segments,
+            open_wait=settings.index.edge_open_wait_seconds,
         )
     from qdrant_client import QdrantClient
 

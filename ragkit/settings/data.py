@@ -56,6 +56,14 @@ class IndexSettings(BaseModel):
         "graph, but each search visits every segment, and a filter that matches few points of "
         "a segment scans them (bench/vector_search.py: 4 segments for 100k made P99 ~2x).",
     )
+    edge_open_wait_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=600,
+        description="Edge backend: how long an opener waits for another process that has the "
+        "index open to close it (the index has one opener); 0 refuses at once. A deploy's new "
+        "index worker waits so, loaded, while the old one stops (durable-rag deploy).",
+    )
     bm25_k: float = Field(default=1.2, ge=0, le=10, description="BM25 term-frequency saturation.")
     bm25_b: float = Field(default=0.75, ge=0, le=1, description="BM25 length normalisation.")
     read_socket: str = Field(

@@ -5,6 +5,8 @@ QdrantServerIndex runs against qdrant-client's local mode, which has the server'
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -212,6 +214,28 @@ def test_edge_index_has_one_opener_and_a_refused_one_leaves_its_files_alone(
         assert again.count() == 40
     finally:
         again.close()
+
+
+def test_an_opener_told_to_wait_opens_the_moment_the_other_lets_go(tmp_path: Path) -> None:
+    """A deploy's new index worker waits, loaded, for the old one to close the index."""
+    first = open_adapter("edge", tmp_path)
+    first.upsert([point(i) for i in range(5)])
+    opened: list[VectorIndex] = []
+    waiter = threading.Thread(
+        target=lambda: opened.append(EdgeIndex(tmp_path / "edge", DIM, 16, 100, 64, open_wait=30))
+    )
+    waiter.start()
+    time.sleep(0.5)
+    assert opened == []  # still held
+    closed = time.monotonic()
+    first.close()
+    waiter.join(30)
+    assert opened, "the waiting opener never opened"
+    assert time.monotonic() - closed < 5
+    try:
+        assert opened[0].count() == 5
+    finally:
+        opened[0].close()
 
 
 def test_the_active_alias_moves_atomically_on_the_server(tmp_path: Path) -> None:

@@ -119,7 +119,13 @@ PROMOTE_POLICIES = ("always", "if_none", "never")
 
 
 # The server limits the calls on one deployment (a few a second): a burst of reads waits its turn.
-BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
+# A busy server may also cancel a call it could not finish (CI: "operation was canceled").
+BUSY = (
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+)
 
 
 async def _patiently(call: Callable[[], Awaitable[T]], within: float = 30.0) -> T:

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 from activities.rerank import RerankActivities
 from activities.vector_index import VectorIndexActivities
 from durable_rag.client import RagClient
+from ragkit.cpus import nice_session
 from ragkit.db import IndexGeneration, make_sessionmaker
 from ragkit.embedding import Embedder
 from ragkit.gpu import register_gpu_metrics
@@ -102,7 +103,8 @@ def yield_cpu_to_live_work(settings: Settings) -> None:
     """Embedded profile: this process embeds in bulk (ingest, rebuild) on the cores that also
     answer live questions; a lower CPU priority makes bulk embedding take the idle cycles."""
     if settings.profile == "embedded" and settings.worker.bulk_nice:
-        os.nice(settings.worker.bulk_nice)
+        # The session's too: the stack starts this worker in a session of its own.
+        nice_session(os.nice(settings.worker.bulk_nice))
 
 
 async def main(settings: Settings) -> None:

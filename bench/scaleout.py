@@ -8,8 +8,10 @@ gateways behind a load balancer. The run, on one tenant of its own (bench/faults
 
 1. one of each (the stack's orchestrator and LLM worker, one gateway): the mixed load for a
    phase; its throughput is requests completed per second;
-2. a second orchestrator, LLM worker (same model, same `llm-<model>` queue) and gateway start;
-   the same load, now spread over both gateways, for a phase of the same length. Each process's
+2. a second orchestrator, LLM worker (same model, same `llm-<model>` queue) and gateway start,
+   the load holding its next requests until they poll (a second CPU engine beside a busy one
+   took 8 to over 10 minutes to load on 2 CPUs); then the same load, now spread over both
+   gateways, for a phase of the same length. Each process's
    own metrics say how much of the work it did;
 3. the first orchestrator, LLM worker and gateway are SIGKILLed mid-load; the survivors carry it
    for the window. Clients retry a request that lost its gateway on the other one, with the same
@@ -238,9 +240,16 @@ async def scale_out(
     await asyncio.sleep(phase)
     result.one = completed_per_second(load.ledger.outcomes, start, time.monotonic())
 
-    for kind in kinds:
-        await asyncio.to_thread(stack.start_worker, kind, 2)
-    load.gateways = [*load.gateways, await asyncio.to_thread(stack.start_gateway, 2)]
+    # The load holds while the second of each loads: a second vLLM engine beside one that is
+    # serving did not load in 10 minutes on 2 CPUs (both engines' threads on the one engine
+    # CPU), and how long a process takes to load is not what the phases measure.
+    load.flowing.clear()
+    try:
+        for kind in kinds:
+            await asyncio.to_thread(stack.start_worker, kind, 2)
+        load.gateways = [*load.gateways, await asyncio.to_thread(stack.start_gateway, 2)]
+    finally:
+        load.flowing.set()
     await asyncio.sleep(5)  # requests started before the second of each settle
     before = await asyncio.to_thread(snapshot, stack)
     start = time.monotonic()

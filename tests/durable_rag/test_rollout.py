@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,13 +70,22 @@ class Fleet:
         raise AssertionError("the orchestrator runs side by side")
 
 
-async def deployed(client: Client, tmp_path: Path, new: str = "b2") -> tuple[Fleet, Deploy]:
+@pytest.fixture
+async def deployed(client: Client, tmp_path: Path) -> AsyncIterator[tuple[Fleet, Deploy]]:
+    """Build b1's worker serving and current; a deploy of b2 over it. Its workers stop with the
+    test, however it ends."""
     prefix = f"dep-{uuid.uuid4().hex[:8]}"
-    fleet = Fleet(client, f"dq-{uuid.uuid4().hex[:8]}", prefix, new)
+    fleet = Fleet(client, f"dq-{uuid.uuid4().hex[:8]}", prefix, "b2")
     await fleet.start("old", "b1")
-    assert await deployments.make_current(client, fleet.deployment, "b1")
-    deploy = Deploy(client, fleet, prefix, tmp_path / "deploy.json", echo=lambda _: None, poll=0.5)
-    return fleet, deploy
+    try:
+        assert await deployments.make_current(client, fleet.deployment, "b1")
+        yield (
+            fleet,
+            Deploy(client, fleet, prefix, tmp_path / "deploy.json", echo=lambda _: None, poll=0.5),
+        )
+    finally:
+        for task in fleet.running.values():
+            task.cancel()
 
 
 async def current(client: Client, fleet: Fleet) -> tuple[str | None, str | None]:
@@ -86,9 +95,9 @@ async def current(client: Client, fleet: Fleet) -> tuple[str | None, str | None]
 
 
 async def test_a_deploy_ramps_makes_current_and_stops_the_old_build_once_drained(
-    client: Client, tmp_path: Path
+    client: Client, tmp_path: Path, deployed: tuple[Fleet, Deploy]
 ) -> None:
-    fleet, deploy = await deployed(client, tmp_path)
+    fleet, deploy = deployed
     old_run = await started(client, fleet.queue_name)
     await until(lambda: on_build(old_run, "b1"), "pinned to b1")
     running = asyncio.create_task(deploy.run("b2", ["orchestrator"], [50], pause=0.3))
@@ -114,14 +123,12 @@ async def test_a_deploy_ramps_makes_current_and_stops_the_old_build_once_drained
     # Deploying the current build again does nothing.
     again = await deploy.run("b2", ["orchestrator"], [50], pause=0)
     assert again.previous == {} and fleet.stopped == ["old"]
-    for task in fleet.running.values():
-        task.cancel()
 
 
 async def test_a_failed_health_check_sends_new_runs_back_to_the_old_build(
-    client: Client, tmp_path: Path
+    client: Client, tmp_path: Path, deployed: tuple[Fleet, Deploy]
 ) -> None:
-    fleet, deploy = await deployed(client, tmp_path)
+    fleet, deploy = deployed
     # At the ramp's health check the new build's metrics count a non-determinism error.
     fleet.reads = [Health(), Health(workflow_task_failures=1, nondeterminism=1)]
     with pytest.raises(DeployError, match=r"1 workflow task failure.*1 of them non-determinism"):
@@ -132,14 +139,12 @@ async def test_a_failed_health_check_sends_new_runs_back_to_the_old_build(
     later = await started(client, fleet.queue_name)
     await later.signal(Which.release)
     assert await asyncio.wait_for(later.result(), 30) == "b1"
-    for task in fleet.running.values():
-        task.cancel()
 
 
 async def test_abort_after_current_routes_back_and_waits_for_the_new_builds_runs(
-    client: Client, tmp_path: Path
+    client: Client, tmp_path: Path, deployed: tuple[Fleet, Deploy]
 ) -> None:
-    fleet, deploy = await deployed(client, tmp_path)
+    fleet, deploy = deployed
     held = await started(client, fleet.queue_name)  # holds b1: the deploy waits for it
     await until(lambda: on_build(held, "b1"), "pinned to b1")
     running = asyncio.create_task(deploy.run("b2", ["orchestrator"], [], pause=0))
@@ -174,16 +179,14 @@ async def test_abort_after_current_routes_back_and_waits_for_the_new_builds_runs
     later = await started(client, fleet.queue_name)
     await later.signal(Which.release)
     assert await asyncio.wait_for(later.result(), 30) == "b1"
-    for task in fleet.running.values():
-        task.cancel()
 
 
 async def test_a_new_build_that_does_not_start_leaves_the_old_one_serving(
-    client: Client, tmp_path: Path
+    client: Client, tmp_path: Path, deployed: tuple[Fleet, Deploy]
 ) -> None:
     """The embedded index's second opener was refused: the deploy stops at once, and nothing
     waits on a build that never polled."""
-    fleet, deploy = await deployed(client, tmp_path)
+    fleet, deploy = deployed
 
     def refused(kind: str) -> None:
         raise RuntimeError("index worker 2 exited while starting")
@@ -194,14 +197,12 @@ async def test_a_new_build_that_does_not_start_leaves_the_old_one_serving(
     assert await current(client, fleet) == ("b1", None)
     assert fleet.stopped == ["new"]
     assert not (tmp_path / "deploy.json").exists()
-    for task in fleet.running.values():
-        task.cancel()
 
 
 async def test_a_deploy_that_timed_out_draining_goes_on_where_it_stopped(
-    client: Client, tmp_path: Path
+    client: Client, tmp_path: Path, deployed: tuple[Fleet, Deploy]
 ) -> None:
-    fleet, deploy = await deployed(client, tmp_path)
+    fleet, deploy = deployed
     held = await started(client, fleet.queue_name)
     await until(lambda: on_build(held, "b1"), "pinned to b1")
     deploy.drain_timeout = 2
@@ -216,5 +217,3 @@ async def test_a_deploy_that_timed_out_draining_goes_on_where_it_stopped(
     report = await deploy.run("b2", ["orchestrator"], [], pause=0)
     assert report.previous == {"orchestrator": "b1"} and fleet.stopped == ["old"]
     assert not (tmp_path / "deploy.json").exists()
-    for task in fleet.running.values():
-        task.cancel()

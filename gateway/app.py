@@ -46,7 +46,7 @@ from gateway.routers import (
     openai,
     runs,
 )
-from gateway.warm import ApiKeys, Refresher
+from gateway.warm import ApiKeys, Refresher, open_token_stream
 from ragkit.admission import Admission
 from ragkit.codec import codec_for
 from ragkit.db import make_sessionmaker
@@ -71,6 +71,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.refresher.start()
     peers = Peers(app.state.sessions, app.state.admission, settings.gateway.heartbeat_seconds)
     await peers.start()  # before the first request: its share is known from the start
+    await open_token_stream(app.state.token_listener)
     # What starting made lives as long as the process: out of the collector's reach, so the
     # collections a burst's garbage triggers do not walk it (the first burst of 300 refusals
     # after a start took ~1.6x the gateway's CPU of the next ones without this).

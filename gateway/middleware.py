@@ -12,7 +12,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from ragkit.logs import TRACE_ID
-from ragkit.metrics import HTTP_REQUESTS, HTTP_SECONDS
+from ragkit.metrics import HTTP_REQUESTS, HTTP_SECONDS, child
 
 log = logging.getLogger("durable_rag.gateway")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -94,9 +94,9 @@ class RequestId:
             seconds = time.perf_counter() - started
             # The route's template, not the path: labels stay bounded (no ids in them).
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            HTTP_REQUESTS.labels(route, scope["method"], str(status or 0)).inc()
+            child(HTTP_REQUESTS, route, scope["method"], str(status or 0)).inc()
             # The trace id rides as an exemplar (OpenMetrics), never as a label.
-            HTTP_SECONDS.labels(route).observe(seconds, exemplar={"trace_id": request_id[:64]})
+            child(HTTP_SECONDS, route).observe(seconds, exemplar={"trace_id": request_id[:64]})
             # A refusal's line is at DEBUG: a burst's hundreds of 429s a second would each pay
             # ~40 µs of the loop that answers the rest; gateway.door.RefusalLog says them
             # once a second per route, with their count.

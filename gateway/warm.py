@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from durable_rag.client import DEFAULT_MODEL_STALE_SECONDS, DEFAULT_MODEL_TTL_SECONDS, RagClient
 from gateway.streams import stop_task
 from ragkit.store import keys
+from ragkit.streaming import TokenListener
 
 log = logging.getLogger("durable_rag.gateway")
 
@@ -143,3 +144,14 @@ class Refresher:
                     await asyncio.to_thread(self.api_keys.refresh, self.keep)
             except SQLAlchemyError as exc:  # requests then read for themselves
                 log.warning("cannot read ahead of live requests: %s", exc)
+
+
+async def open_token_stream(listener: TokenListener) -> None:
+    """Before the first request: the LISTEN connection every token stream waits for. Opened by
+    the first stream otherwise, with the streams of a burst's first moments queued behind it on
+    the event loop that answers the burst's refusals. One that cannot open now is said and left
+    to the first stream, as before (streams answer 503 while Postgres cannot LISTEN)."""
+    try:
+        await listener.start()
+    except Exception as exc:  # psycopg's or the socket's
+        log.warning("cannot LISTEN for token streams yet: %s", exc)

@@ -262,21 +262,19 @@ class Admission:
         backlog = self.gateways * self.backlog(model)
         latency = limits.costs.latency(prompt, answer)
         work = limits.costs.work(prompt, answer)
-        # One Decision either way, built once: a burst refuses hundreds a second on the event
-        # loop that answers them, and a frozen dataclass's construction is most of a refusal's
-        # cost here (a second one, through dataclasses.replace, was 40 % of it).
-        if in_flight and backlog + latency > limits.target_seconds + _EPSILON:
+        refused = bool(in_flight) and backlog + latency > limits.target_seconds + _EPSILON
+        now = self._clock() if refused else 0.0
+        # One Decision, built once: a burst refuses hundreds a second on the event loop that
+        # answers them, and a frozen dataclass's construction is most of a refusal's cost here
+        # (a second one, through dataclasses.replace, was 40 % of it).
+        decision = Decision(
+            model, in_flight, backlog, latency, limits.target_seconds, self.gateways,
+            promised=self.gateways * self.promised(model, now) if refused else 0.0,
+        )  # fmt: skip
+        if refused:
             self.refused += 1
-            now = self._clock()
-            decision = Decision(
-                model, in_flight, backlog, latency, limits.target_seconds, self.gateways,
-                promised=self.gateways * self.promised(model, now),
-            )  # fmt: skip
             self._promise(model, now + decision.retry_after, work)
             raise Overloaded(decision)
-        decision = Decision(
-            model, in_flight, backlog, latency, limits.target_seconds, self.gateways
-        )
         self._in_flight[model] = in_flight + 1
         self._work[model] = self.backlog(model) + work
         self.admitted += 1

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.workflow
 HISTORIES = Path(__file__).parent / "histories"
 REPLAYED = ("answer.json", "conversation.json")
 REPLAY = """
-import asyncio, json, sys
+import asyncio, json, os, sys
 from pathlib import Path
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -38,9 +38,12 @@ async def main():
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         failure = result.replay_failure
         found[path.name] = type(failure).__name__ + ": " + str(failure) if failure else "ok"
-    print(json.dumps(found))
+    print(json.dumps(found), flush=True)
 
 asyncio.run(main())
+# Out without the interpreter's finalization: the SDK's core threads may still hand the GIL
+# back then, which once aborted the process (PyGILState_Release) after its answer was printed.
+os._exit(0)
 """
 
 

@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import beating
-from ragkit import ids, parsing, policies
+from ragkit import ids, parsing, policies, tracing
 from ragkit.chunking import chunk_document
 from ragkit.db import Chunk, Document, DocumentStatus, dead_chunk
 from ragkit.metrics import DOCUMENTS_INGESTED, STEP_SECONDS
@@ -499,11 +499,17 @@ class DocumentActivities:
         if request.document_ids:
             statement = statement.where(Chunk.document_id.in_(request.document_ids))
         statement = statement.where(*document_conditions(request.filter))
-        with self.sessions() as session:
+        with (
+            tracing.step(
+                "keyword_search", tracing.RETRIEVER, tracing.content(tracing.INPUT, request.query)
+            ),
+            self.sessions() as session,
+        ):
             rows = session.execute(statement).all()
-        return VectorSearchOutput(
-            hits=[VectorHit(chunk_id=r.id, score=float(r.rank)) for r in rows]
-        )
+            hits = [VectorHit(chunk_id=r.id, score=float(r.rank)) for r in rows]
+            found = [(str(h.chunk_id), h.score, None) for h in hits]
+            tracing.annotate(tracing.documents(tracing.RETRIEVED, found))
+        return VectorSearchOutput(hits=hits)
 
     @activity.defn
     def hydrate_hits(self, request: HydrateInput) -> HydrateOutput:
@@ -512,6 +518,21 @@ class DocumentActivities:
         This is what makes a version switch atomic for vector search too: points of a staged or
         superseded version may sit in the index for a while, but they never reach a reader.
         """
+        with tracing.step("hydrate", tracing.RETRIEVER) as span:
+            output = self._hydrate(request)
+            if span is not None:
+                span.set_attributes(
+                    {
+                        **tracing.documents(
+                            tracing.RETRIEVED,
+                            [(str(p.chunk_id), p.score, p.text) for p in output.passages],
+                        ),
+                        "durable_rag.stale_hits": output.stale_hits,
+                    }
+                )
+            return output
+
+    def _hydrate(self, request: HydrateInput) -> HydrateOutput:
         if not request.hits:
             return HydrateOutput(passages=[], stale_hits=0)
         scores = {h.chunk_id: h.score for h in request.hits}

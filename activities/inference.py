@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ragkit import policies
+from ragkit import policies, tracing
 from ragkit.llm.engine import Generation, InvalidSamplingError, LLMEngine, PromptTooLongError
 from ragkit.metrics import (
     LLM_FIRST_TOKEN_SECONDS,
@@ -51,12 +51,34 @@ class _Stream:
 def observe(step: str, result: Generation, trace_id: str = "") -> None:
     """One generation in the metrics: the step's latency (with its trace id as the exemplar, where
     there is one), the first token's latency and the tokens."""
-    exemplar = {"trace_id": trace_id[:64]} if trace_id else None
-    STEP_SECONDS.labels(step).observe(result.seconds, exemplar=exemplar)
+    STEP_SECONDS.labels(step).observe(result.seconds, exemplar=tracing.exemplar(trace_id))
     LLM_FIRST_TOKEN_SECONDS.labels(result.model).observe(result.first_token_seconds)
     LLM_TOKENS.labels(result.model, "prompt").inc(result.prompt_tokens)
     LLM_TOKENS.labels(result.model, "completion").inc(result.completion_tokens)
     LLM_GENERATION_TOKENS.labels(result.model).observe(result.completion_tokens)
+    tracing.annotate(
+        {
+            **tracing.llm(result.model, result.prompt_tokens, result.completion_tokens),
+            "durable_rag.finish_reason": result.finish_reason,
+            "durable_rag.first_token_seconds": result.first_token_seconds,
+            **tracing.content(tracing.OUTPUT, result.text),
+        }
+    )
+
+
+def llm_step(
+    step: str, model: str, messages: list[dict[str, str]], parameters: dict[str, object]
+) -> contextlib.AbstractContextManager[object]:
+    """The step's LLM span (ragkit/tracing.py), current while the engine runs it: the engine's
+    own span (vLLM's `llm_request`) is its child."""
+    return tracing.step(
+        step,
+        tracing.LLM,
+        {
+            **tracing.llm(model, parameters=parameters),
+            **tracing.messages(tracing.INPUT_MESSAGES, messages),
+        },
+    )
 
 
 @contextlib.contextmanager
@@ -86,6 +108,14 @@ class InferenceActivities:
 
     @activity.defn
     async def generate(self, request: GenerateInput) -> GenerateOutput:
+        messages = [m.model_dump() for m in request.messages]
+        parameters = {"max_tokens": request.max_tokens, **request.sampling.model_dump()}
+        with llm_step("generate", self.engine.model_name, messages, parameters):
+            return await self._generate(request, messages)
+
+    async def _generate(
+        self, request: GenerateInput, messages: list[dict[str, str]]
+    ) -> GenerateOutput:
         if request.max_tokens > self.max_answer_tokens:
             raise ApplicationError(
                 f"max_tokens {request.max_tokens} is over this worker's limit of "
@@ -93,7 +123,6 @@ class InferenceActivities:
                 type=policies.INVALID_INPUT,
                 non_retryable=True,
             )
-        messages = [m.model_dump() for m in request.messages]
         tokens, text, grew = 0, "", asyncio.Event()
 
         def progress(count: int, so_far: str) -> None:
@@ -162,9 +191,10 @@ class InferenceActivities:
     ) -> Generation:
         """A short generation (a rewrite, a summary): a few tokens, so no heartbeat is needed; a
         cancelled activity cancels the engine call, which aborts the request."""
-        with prompt_errors():
+        parameters: dict[str, object] = {"max_tokens": max_tokens}
+        with llm_step(step, self.engine.model_name, messages, parameters), prompt_errors():
             result = await self.engine.generate(messages, max_tokens, request_id)
-        observe(step, result)
+            observe(step, result)
         return result
 
     @activity.defn
@@ -198,7 +228,14 @@ class InferenceActivities:
             },
         ]
         request_id = f"{request.trace_id}-summary-{activity.info().attempt}"
-        task = asyncio.ensure_future(self.engine.generate(messages, request.max_tokens, request_id))
+        parameters: dict[str, object] = {"max_tokens": request.max_tokens}
+        with llm_step("summarize", self.engine.model_name, messages, parameters):
+            return await self._summarize(messages, request.max_tokens, request_id)
+
+    async def _summarize(
+        self, messages: list[dict[str, str]], max_tokens: int, request_id: str
+    ) -> SummarizeOutput:
+        task = asyncio.ensure_future(self.engine.generate(messages, max_tokens, request_id))
         try:
             with prompt_errors():
                 # Heartbeats while it runs: a summary on a busy CPU may take minutes.

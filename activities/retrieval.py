@@ -14,7 +14,7 @@ from typing import Literal
 from temporalio import activity
 
 from activities.errors import index_error
-from ragkit import failpoints
+from ragkit import failpoints, tracing
 from ragkit.embedding import Embedder
 from ragkit.index import IndexFilter, IndexHit
 from ragkit.index.base import Fusion, NoKeywordVectorsError
@@ -38,6 +38,20 @@ class RetrievalActivities:
         With `keyword="bm25"`, BM25 in the index too (apart, or fused in one query). A generation
         from before BM25 answers dense hits only (`keyword="none"`): the workflow then ranks
         keywords in Postgres, as before."""
+        with tracing.step(
+            "retrieve", tracing.RETRIEVER, tracing.content(tracing.INPUT, request.query)
+        ):
+            output = self._search(request)
+            tracing.annotate(
+                {
+                    **tracing.documents(tracing.RETRIEVED, hit_list(output.hits)),
+                    "durable_rag.keyword": output.keyword,
+                    "durable_rag.keyword_hits": len(output.keyword_hits),
+                }
+            )
+            return output
+
+    def _search(self, request: DenseSearchInput) -> VectorSearchOutput:
         where = IndexFilter.of(request.tenant, request.document_ids, request.filter)
         try:
             if request.keyword == "none":
@@ -81,6 +95,11 @@ class RetrievalActivities:
         # Fused scores are not similarities: the router's confidence is the best dense match.
         probe = self.reader.search(vector, 1, where)
         return _output(fused, embed_seconds, keyword="fused", top=_best(probe))
+
+
+def hit_list(hits: list[VectorHit]) -> list[tuple[str, float, str | None]]:
+    """Hits as a span's documents: chunk id and score (no text: the index holds none)."""
+    return [(str(h.chunk_id), h.score, None) for h in hits]
 
 
 def _best(hits: list[IndexHit]) -> float | None:

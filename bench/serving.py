@@ -1182,6 +1182,11 @@ async def in_process(
     # moves there once the engine's threads are bound. DURABLE_RAG_LLM_CPU_ENGINE_CPUS=off
     # compares without.
     split = bind_engine(Settings())
+    sides = None
+    if 6 in rows:  # before the engine and the clients: see bench/tracing_cost.py
+        from bench.tracing_cost import TracingSides
+
+        sides = TracingSides()
     async with bench_services(
         "serving",
         cpus=split.serving if split else None,
@@ -1203,9 +1208,13 @@ async def in_process(
                     tensor_parallel_size=1,
                     dtype=settings.llm.dtype,
                     enforce_eager=True,
+                    traced=sides is not None,
                 )
             )
         )
+        if sides is not None:
+            sides.engine = engine.engine
+            sides.switch(False)
         if split:
             isolate_engine(split)
         client = await connect(settings)
@@ -1265,8 +1274,15 @@ async def in_process(
                 if 4 in rows:
                     print(f"row 4: {concurrency} concurrent streams ...", flush=True)
                     out["concurrent"] = await concurrent(s, concurrency, rounds)
+                if sides is not None:
+                    from bench.tracing_cost import tracing_cost
+
+                    print("row 6: rows 1 and 2 with tracing off and on ...", flush=True)
+                    out["tracing"] = await tracing_cost(s, sides, requests)
         engine.close()
         index.close()
+    if sides is not None:
+        sides.close()
     return out
 
 
@@ -1410,6 +1426,10 @@ def figures(out: dict[str, Any], concurrency: int) -> list[dict[str, Any]]:
             "target": "all complete with tokens; tokens/s >= 0.9x",
             "met": g["ok"] == g["n"] and ratio >= 0.9,
         })  # fmt: skip
+    if "tracing" in out:
+        from bench.tracing_cost import figure_rows
+
+        rows += figure_rows(out["tracing"], pct)
     return rows
 
 
@@ -1458,6 +1478,7 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     if "answer" in out:
         print(f"  eager starts: {out['answer']['eager']}/{len(out['answer']['flow_ms'])}")
     problems = [*out.get("ttft", {}).get("failed", [])]
+    problems += out.get("tracing", {}).get("failed", [])
     problems += out.get("concurrent", {}).get("gateway", {}).get("failed", [])
     if out.get("concurrent", {}).get("degraded"):
         problems.insert(0, f"row 4 degradations (kind: count): {out['concurrent']['degraded']}")
@@ -1474,6 +1495,9 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": args.concurrency, "rows": rows, "hops": hops, "dispatches": counts,
         "problems": problems, "settings": out.get("admission", {}), "cpus": out.get("cpus"),
         "note": NOTE,
+        **({"title": f"tracing cost: rows 1 and 2 with tracing off and on (`bench/serving.py "
+                     f"--rows 6`, {time.strftime('%Y-%m-%d')})",
+            "spans_received": out["tracing"]["spans"]} if "tracing" in out else {}),
         **numbers(out),
         "met": all(r["met"] for r in rows),
     }  # fmt: skip
@@ -1532,7 +1556,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         print(f"row 3: search during a {args.documents}-document ingest (stack as processes) ...",
               flush=True)  # fmt: skip
         out["search"] = await search_during_ingest(args.requests, args.documents)
-    if rows & {1, 2, 4}:
+    if rows & {1, 2, 4, 6}:
         out |= await in_process(
             rows, args.requests, args.max_tokens, args.concurrency, args.rounds,
             args.generation_slots,

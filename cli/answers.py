@@ -79,9 +79,15 @@ def ask(
         # lazy: 80 ms, and loaded by connect()
         from temporalio.client import WorkflowFailureError
 
+        from ragkit import tracing
+
         rag = await connect(settings)
         try:
-            answer = await rag.ask(request)
+            with tracing.step(
+                "ask", tracing.CHAIN, tracing.content(tracing.INPUT, question)
+            ) as span:
+                answer = await rag.ask(request)
+                trace_id = tracing.trace_id_hex(span)
         except ValueError as exc:
             usage_error(str(exc))
         except WorkflowFailureError as exc:
@@ -97,6 +103,8 @@ def ask(
         print_degradations(answer.degradations)
         steps = ", ".join(f"{k} {v:.0f} ms" for k, v in answer.timings_ms.items())
         console.print(f"timings: {steps}\nrun: {ui_link(settings, answer.trace_id)}")
+        if trace_id:
+            console.print(f"trace: {tracing.viewer_link(settings, trace_id)}")
 
     asyncio.run(run())
 

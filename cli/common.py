@@ -3,6 +3,8 @@ connection, the database sessions and links to the Temporal UI."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,11 +28,30 @@ err = Console(stderr=True)
 
 def load_settings() -> Settings:
     try:
-        return Settings()
+        return with_stack_tracing(Settings())
     except ValidationError as exc:
         usage_error(f"invalid settings:\n{exc}")
     except ValueError as exc:  # a retired setting (ragkit.settings.RETIRED)
         usage_error(f"invalid settings: {exc}")
+
+
+def with_stack_tracing(settings: Settings) -> Settings:
+    """While an embedded stack brought up with `--tracing` runs (it leaves `run/tracing.json`
+    until `down`), commands trace into its viewer too, unless tracing is set otherwise."""
+    marker = settings.data_dir / "run" / "tracing.json"
+    if settings.tracing.enabled or "DURABLE_RAG_TRACING_ENABLED" in os.environ:
+        return settings
+    try:
+        traced = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return settings
+    return settings.model_copy(
+        update={
+            "tracing_enabled": True,
+            "tracing_endpoint": traced["endpoint"],
+            "tracing_viewer_url": traced["viewer_url"],
+        }
+    )
 
 
 # Messages quote what the user typed: escaped, or `delete "[/x]"` is a Rich MarkupError.
@@ -176,7 +197,11 @@ def root_cause(exc: BaseException) -> str:
 
 async def connect(settings: Settings) -> RagClient:
     from durable_rag.client import RagClient  # lazy: temporalio's client and the workflows
+    from ragkit import tracing
 
+    # With tracing on, the workflows a command starts join its trace (ragkit/tracing.py); what
+    # is buffered is exported when the command exits.
+    tracing.setup(settings, "cli")
     try:
         return await RagClient.connect(settings)
     except RuntimeError as exc:

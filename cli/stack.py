@@ -17,6 +17,14 @@ def up(
     no_gateway: Annotated[
         bool, typer.Option("--no-gateway", help="Skip the HTTP gateway.")
     ] = False,
+    tracing: Annotated[
+        bool,
+        typer.Option(
+            "--tracing",
+            help="Also start the trace viewer (Arize Phoenix, installed on first use) and "
+            "trace every request into it; CLI commands trace too until `down`.",
+        ),
+    ] = False,
 ) -> None:
     """Start the embedded stack (Temporal dev server, Postgres, workers, gateway); idempotent."""
     from durable_rag.stack import EmbeddedStack  # lazy: temporalio's client
@@ -28,6 +36,7 @@ def up(
             llm=not no_llm,
             gateway=not no_gateway and not no_workers,
             echo=console.print,
+            tracing=tracing,
         )
     except StackError as exc:
         fail(str(exc))

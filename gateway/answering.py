@@ -32,6 +32,7 @@ from gateway.door import Cost
 from gateway.errors import http_error, stream_error
 from gateway.middleware import mark
 from gateway.streams import Deadline, in_background, text_events
+from ragkit import tracing
 from ragkit.admission import Overloaded, Ticket
 from ragkit.metrics import ANSWER_TIMEOUTS
 from ragkit.retrieval import estimate_tokens
@@ -204,7 +205,28 @@ async def start_answer(
             mark(request.state, "start")
     # The trace id is the server's: this line (tagged with the request id) links the two.
     log.info("answer run %s", handle.id)
+    tracing.annotate(
+        {
+            "durable_rag.workflow_id": handle.id,
+            tracing.TENANT: ask_request.tenant,
+            **tracing.content(tracing.INPUT, ask_request.question),
+        }
+    )
     return handle
+
+
+def traced(answer: Answer) -> Answer:
+    """The answer's outcome on the request's span: how it was made, and what degraded."""
+    if tracing.enabled():
+        tracing.annotate(
+            {
+                tracing.ROUTE: answer.route,
+                tracing.DEGRADED: list(answer.degradations),
+                **tracing.llm(answer.model, answer.tokens.prompt, answer.tokens.completion),
+                **tracing.content(tracing.OUTPUT, answer.answer),
+            }
+        )
+    return answer
 
 
 async def finish_answer(
@@ -213,7 +235,7 @@ async def finish_answer(
     """The answer; 504 past the deadline, 499 when the client leaves: the run is cancelled, so
     generation stops, in both cases (never an abandoned answer left running)."""
     try:
-        return await until_done(handle.result(), request, deadline.left())
+        return traced(await until_done(handle.result(), request, deadline.left()))
     except TimeoutError as exc:
         ANSWER_TIMEOUTS.labels("answer").inc()
         await cancel_now(handle, f"no answer within {deadline.said}")
@@ -255,6 +277,7 @@ async def start_streamed_answer(
 
 
 async def cancel_now(handle: WorkflowHandle[Any, Any], why: str) -> None:
+    tracing.event("cancel", {"durable_rag.workflow_id": handle.id, "reason": why})
     try:
         await handle.cancel()
         log.info("cancelled %s: %s", handle.id, why)
@@ -282,9 +305,13 @@ async def answer_events(
     closed = False
     try:
         yield {"event": "start", "data": json.dumps({"trace_id": handle.id})}
+        first = tracing.enabled()
         async for event in text_events(queue, result, deadline, on_text):
+            if first and event["event"] == "token":
+                tracing.event("first token")  # the trace's time to first token, as sent
+                first = False
             yield event
-        answer = result.result()
+        answer = traced(result.result())
         closed = True
         yield {"event": "answer", "data": answer.model_dump_json()}
     except TimeoutError:

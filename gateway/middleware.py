@@ -1,5 +1,6 @@
 """The gateway's ASGI middlewares: the request id (with the access log line, the HTTP metrics,
-the request's arrival time and its Server-Timing header) and the request body limit.
+the request's arrival time, its Server-Timing header and, with tracing on, its span and
+`traceresponse` header) and the request body limit.
 `create_app` wraps the FastAPI app in both."""
 
 import logging
@@ -10,7 +11,11 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi.responses import JSONResponse
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ragkit import tracing
 from ragkit.logs import TRACE_ID
 from ragkit.metrics import HTTP_REQUESTS, HTTP_SECONDS, child
 
@@ -74,6 +79,9 @@ class RequestId:
         state["timing"] = marks
         token = TRACE_ID.set(request_id)
         started, status = time.perf_counter(), 0
+        # With tracing on, the request's span: a caller's traceparent its parent, current
+        # while the app runs, so the workflow start and every step below join its trace.
+        span = request_span(scope, request_id) if tracing.enabled() else None
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -86,8 +94,11 @@ class RequestId:
                 if marks:
                     timing = server_timing(arrived, marks)
                     message["headers"].append((b"server-timing", timing))
+                if span is not None:
+                    message["headers"].append((b"traceresponse", tracing.traceresponse(span)))
             await send(message)
 
+        attached = None if span is None else otel_context.attach(trace.set_span_in_context(span))
         try:
             await self.app(scope, receive, send_with_id)
         finally:
@@ -95,8 +106,16 @@ class RequestId:
             # The route's template, not the path: labels stay bounded (no ids in them).
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             child(HTTP_REQUESTS, route, scope["method"], str(status or 0)).inc()
-            # The trace id rides as an exemplar (OpenMetrics), never as a label.
-            child(HTTP_SECONDS, route).observe(seconds, exemplar={"trace_id": request_id[:64]})
+            # The trace id rides as an exemplar (OpenMetrics), never as a label; with tracing
+            # on, the span's trace id beside it.
+            exemplar = tracing.exemplar(request_id) if span is not None else None
+            child(HTTP_SECONDS, route).observe(
+                seconds, exemplar=exemplar or {"trace_id": request_id[:64]}
+            )
+            if span is not None:
+                end_request_span(span, scope, route, status)
+            if attached is not None:
+                otel_context.detach(attached)
             # A refusal's line is at DEBUG: a burst's hundreds of 429s a second would each pay
             # ~40 µs of the loop that answers the rest; gateway.door.RefusalLog says them
             # once a second per route, with their count.
@@ -109,6 +128,36 @@ class RequestId:
                 seconds * 1000,
             )
             TRACE_ID.reset(token)
+
+
+def request_span(scope: Scope, request_id: str) -> Any:
+    """The request's span (SERVER, OpenInference CHAIN), child of the caller's `traceparent`
+    and `tracestate` where it sent them; named by its route when the request ends."""
+    carrier = {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope["headers"]
+        if name in (b"traceparent", b"tracestate")
+    }
+    return tracing.tracer().start_span(
+        f"{scope['method']} {scope['path']}",
+        context=tracing.extract(carrier) if carrier else None,
+        kind=SpanKind.SERVER,
+        attributes={
+            tracing.KIND: tracing.CHAIN,
+            "http.request.method": scope["method"],
+            "url.path": scope["path"],
+            tracing.REQUEST_ID: request_id,
+        },
+    )
+
+
+def end_request_span(span: Any, scope: Scope, route: str, status: int) -> None:
+    span.update_name(f"{scope['method']} {route}")
+    span.set_attribute("http.route", route)
+    span.set_attribute("http.response.status_code", status)
+    if status >= 500 or not status:
+        span.set_status(Status(StatusCode.ERROR, f"HTTP {status or 'no response'}"))
+    span.end()
 
 
 class _TooLarge(Exception):

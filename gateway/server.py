@@ -1,4 +1,4 @@
-"""The gateway process: logging with trace ids, then uvicorn. `durable-rag gateway` and
+"""The gateway process: logging with trace ids, tracing when it is on, then uvicorn. `durable-rag gateway` and
 `durable-rag up` run this; docker-compose runs `durable-rag gateway`."""
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from typing import Any
 import uvicorn
 
 from gateway.app import create_app
+from ragkit import tracing
 from ragkit.logs import setup_logging
 from ragkit.settings import Settings
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
     setup_logging(settings)
+    tracing.setup(settings, "gateway")
     uvicorn.run(
         create_app(settings),
         host=host or settings.gateway.host,

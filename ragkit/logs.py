@@ -2,7 +2,8 @@
 
 Every line carries a trace id: Temporal's workflow and activity loggers attach the workflow id
 (which is named after the request id, `answer-<request id>`), and the gateway sets TRACE_ID for
-the lines of each request it serves.
+the lines of each request it serves. With tracing on, a line written inside a span also carries
+its OpenTelemetry trace id (`otel:<32 hex>`, JSON `otel_trace_id`): the one a trace viewer finds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from contextvars import ContextVar
 from typing import Any
 
+from ragkit import tracing
 from ragkit.settings import Settings
 
 # The request being served (gateway); workflow and activity records carry their own.
@@ -24,6 +26,7 @@ def _record_with_trace_id(*args: Any, **kwargs: Any) -> logging.LogRecord:
     # Stamped when the record is made: a handler may format it later, in another context.
     record = _make_record(*args, **kwargs)
     record.request_trace_id = TRACE_ID.get()
+    record.otel_trace_id = tracing.trace_id_hex()  # "" unless tracing is on
     return record
 
 
@@ -41,7 +44,9 @@ def trace_id_of(record: logging.LogRecord) -> str:
 
 class _TraceFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        record.trace_id = trace_id_of(record) or "-"
+        trace_id = trace_id_of(record) or "-"
+        otel = getattr(record, "otel_trace_id", "")
+        record.trace_id = f"{trace_id} otel:{otel}" if otel else trace_id
         return True
 
 
@@ -56,6 +61,9 @@ class _JsonFormatter(logging.Formatter):
         trace_id = trace_id_of(record)
         if trace_id:
             entry["trace_id"] = trace_id
+        otel = getattr(record, "otel_trace_id", "")
+        if otel:
+            entry["otel_trace_id"] = otel
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry)

@@ -17,6 +17,7 @@ from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
+from ragkit import tracing
 from ragkit.codec import codec_for
 from ragkit.settings import Settings
 
@@ -35,6 +36,8 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
         namespace=settings.temporal.namespace,
         data_converter=data_converter(settings),
         runtime=runtime or Runtime.default(),
+        # With tracing on, every client and the workers built on it trace (ragkit/tracing.py).
+        interceptors=tracing.interceptors(),
     )
 
 

@@ -98,6 +98,7 @@ VLLM_MODULES = frozenset(
     {
         "tests/bench/test_reliability.py",  # a process stack with its own LLM worker
         "tests/ragkit/test_openai_engine.py",  # vLLM's OpenAI server, in a process of its own
+        "tests/test_traces.py",  # a process stack with its own LLM worker, tracing on
     }
 )
 VLLM_TESTS = frozenset(

@@ -238,6 +238,31 @@ def test_production_seals_every_payload_with_the_mounted_keyring(
     assert compose["secrets"]["payload-keys"]["file"] == "./deploy/secrets/payload-keys"
 
 
+def test_every_process_traces_to_the_collector_which_feeds_the_viewer(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Each of our processes exports OTLP to the collector (tenant text left out: payloads are
+    sealed), and the collector's one traces pipeline ends at the viewer the compose runs."""
+    talking = [n for n, s in services.items() if _environment(s).get("DURABLE_RAG_PROFILE")]
+    for name in talking:
+        env = _environment(services[name])
+        # On unless the operator's environment says otherwise.
+        assert env["DURABLE_RAG_TRACING_ENABLED"] == "${DURABLE_RAG_TRACING_ENABLED:-true}", name
+        assert env["DURABLE_RAG_TRACING_ENDPOINT"] == "http://otel-collector:4318/v1/traces"
+        assert env["DURABLE_RAG_TRACING_CAPTURE_CONTENT"] == "false", name
+    collector = services["otel-collector"]
+    mounted = collector["volumes"][0].split(":")[0]
+    config = yaml.safe_load((ROOT / mounted).read_text())
+    http = config["receivers"]["otlp"]["protocols"]["http"]["endpoint"]
+    assert http.endswith(":4318")
+    pipeline = config["service"]["pipelines"]["traces"]
+    assert pipeline["receivers"] == ["otlp"]
+    [exporter] = pipeline["exporters"]
+    assert config["exporters"][exporter]["endpoint"] == "http://phoenix:6006"
+    assert "6006:6006" in services["phoenix"]["ports"]
+    assert "phoenix" in _depends_on(collector)
+
+
 def test_images_build_from_existing_dockerfile_targets(services: dict[str, dict[str, Any]]) -> None:
     stages = set(
         re.findall(r"(?im)^\s*FROM\s+\S+\s+AS\s+([A-Za-z0-9_.-]+)\s*$", DOCKERFILE.read_text())

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 from activities.rerank import RerankActivities
 from activities.vector_index import VectorIndexActivities
 from durable_rag.client import RagClient
+from ragkit import tracing
 from ragkit.cpus import nice_session
 from ragkit.db import IndexGeneration, make_sessionmaker
 from ragkit.embedding import Embedder
@@ -109,6 +110,7 @@ def yield_cpu_to_live_work(settings: Settings) -> None:
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
+    tracing.setup(settings, "index")
     if settings.embedding.device.startswith("cuda"):
         refuse_unless_cuda_works("the embedding model (DURABLE_RAG_EMBEDDING_DEVICE=cuda)")
     register_gpu_metrics()  # reports nothing where there is no NVIDIA driver

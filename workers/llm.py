@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.inference import InferenceActivities
-from ragkit import policies
+from ragkit import policies, tracing
 from ragkit.cpus import bind_engine, isolate_engine
 from ragkit.db import make_sessionmaker
 from ragkit.gpu import register_gpu_metrics
@@ -70,6 +70,9 @@ def load_engine(settings: Settings) -> LLMEngine:
             tensor_parallel_size=settings.llm.tensor_parallel_size,
             dtype=settings.llm.dtype,
             enforce_eager=settings.llm.enforce_eager,
+            # vLLM's request span (`llm_request`: queue, prefill, decode, time to first
+            # token) joins each generation's trace through our provider (ragkit/tracing.py).
+            traced=settings.tracing.enabled,
         )
     )
     if split:
@@ -113,6 +116,7 @@ async def announce(settings: Settings, engine: LLMEngine) -> None:
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
+    tracing.setup(settings, "llm")
     if settings.llm.backend == "vllm" and settings.llm.device == "cuda":
         refuse_unless_cuda_works("the LLM worker (DURABLE_RAG_LLM_DEVICE=cuda)")
     register_gpu_metrics()  # reports nothing where there is no NVIDIA driver

@@ -31,6 +31,7 @@ from activities.history import HistoryActivities
 from activities.retrieval import RetrievalActivities
 from activities.runs import RunActivities
 from activities.tenants import TenantActivities
+from ragkit import tracing
 from ragkit.db import make_sessionmaker
 from ragkit.embedding import Embedder
 from ragkit.index.factory import bm25_encoder
@@ -187,6 +188,7 @@ def build_workers(
 
 async def main(settings: Settings) -> None:
     setup_logging(settings)
+    tracing.setup(settings, "orchestrator")
     embedder = load_embedder_for(settings)
     sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
     reader = open_reader(settings, sessions, embedder)

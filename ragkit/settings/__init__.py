@@ -14,9 +14,9 @@ Two profiles share every field; the profile only changes defaults:
   Edge index, the packaged MiniLM embedder.
 - `production`: docker-compose; Temporal cluster, Postgres and Qdrant servers, BGE models on GPU.
 
-The groups live by area: `platform` (logs, Temporal, Postgres, workers, maintenance, security),
-`data` (index, embedder, ingestion, retrieval) and `serving` (LLM, answer, router, shadow,
-conversations, gateway); `common` holds the profiles' defaults. This module assembles them into
+The groups live by area: `platform` (logs, traces, Temporal, Postgres, workers, maintenance,
+security), `data` (index, embedder, ingestion, retrieval) and `serving` (LLM, answer, router,
+shadow, conversations, gateway); `common` holds the profiles' defaults. This module assembles them into
 `Settings`, with the checks across groups, and reads the environment.
 """
 
@@ -61,6 +61,7 @@ from ragkit.settings.platform import (
     PostgresSettings,
     SecuritySettings,
     TemporalSettings,
+    TracingSettings,
     WorkerSettings,
 )
 from ragkit.settings.serving import (
@@ -98,6 +99,7 @@ __all__ = [
     "Settings",
     "ShadowSettings",
     "TemporalSettings",
+    "TracingSettings",
     "WorkerSettings",
     "deep_merge",
     "flat_name",
@@ -147,6 +149,7 @@ class Settings(BaseSettings):
     maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -38,6 +38,53 @@ class LogSettings(BaseModel):
     )
 
 
+class TracingSettings(BaseModel):
+    """OpenTelemetry traces (ragkit/tracing.py): one trace per request, from the caller's
+    `traceparent` through the gateway, the workflows, the index and the LLM worker to the
+    engine's own span. Off by default: no provider, no exporter, no span."""
+
+    model_config = group_config("tracing_")
+
+    enabled: bool = Field(
+        default=False,
+        description="Export spans from every process. `durable-rag up --tracing` turns it on "
+        "with a local viewer.",
+    )
+    endpoint: str = Field(
+        default="http://127.0.0.1:6006/v1/traces",
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="Where spans go: an OTLP receiver (a collector, or the viewer itself). For "
+        "http/protobuf the full URL (`.../v1/traces`); for grpc `http://host:4317`.",
+    )
+    protocol: Literal["http/protobuf", "grpc"] = Field(
+        default="http/protobuf", description="The OTLP transport."
+    )
+    sample_ratio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="The share of new traces kept (a caller's sampled flag wins: parent-based).",
+    )
+    capture_content: bool = Field(
+        default=False,
+        description="Put tenant text in spans: questions, passages, prompts and answers "
+        "(OpenInference `input.value`, `output.value`, document contents). Off: ids, scores, "
+        "models and token counts only. Off in the production compose, whose payloads are "
+        "encrypted: a span store would hold in clear what Temporal holds sealed.",
+    )
+    viewer_port: int = Field(
+        default=6006,
+        ge=1,
+        le=65_535,
+        description="`durable-rag up --tracing`: the local viewer's port (UI and OTLP/HTTP).",
+    )
+    viewer_url: str = Field(
+        default="",
+        description="Where operators open a trace: `<viewer_url>/redirects/traces/<trace id>` "
+        "is printed with each answer. Empty: the local viewer's, when tracing is on.",
+    )
+
+
 class TemporalSettings(BaseModel):
     model_config = group_config("temporal_")
 

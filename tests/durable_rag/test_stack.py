@@ -66,7 +66,7 @@ def test_up_is_idempotent_and_down_stops_everything_by_pid(stack: EmbeddedStack)
     assert status["temporal"] and status["postgres"]
     # Never started (`up --no-gateway`, `--no-llm`): not required, so `status` can exit 0.
     optional = {p.name for p in stack.status() if not p.required}
-    assert optional == {"gateway", "worker-orchestrator", "worker-index", "worker-llm"}
+    assert optional == {"gateway", "worker-orchestrator", "worker-index", "worker-llm", "viewer"}
 
     stack.down(echo=lambda _: None)
     assert not any(pid_alive(pid) for pid in pids)

@@ -8,7 +8,9 @@ with each span's service, parent and attributes decoded.
 
 from __future__ import annotations
 
+import argparse
 import gzip
+import json
 import threading
 import time
 import urllib.request
@@ -84,6 +86,17 @@ class OtlpReceiver:
                 self.end_headers()
                 self.wfile.write(answer)
 
+            def do_GET(self) -> None:  # `/count`: what it has received, for another process
+                if self.path != "/count":
+                    self.send_error(404)
+                    return
+                answer = json.dumps({"spans": len(receiver.spans)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -148,7 +161,7 @@ class OtlpReceiver:
         timeout: float = 30.0,
     ) -> list[ReceivedSpan]:
         """The trace's spans once `done` holds for them; AssertionError, with what did arrive,
-        after `timeout` seconds (each process exports a batch a second)."""
+        after `timeout` seconds (each process exports a batch every 5 s)."""
         deadline = time.monotonic() + timeout
         while True:
             spans = self.trace(trace_id)
@@ -158,3 +171,16 @@ class OtlpReceiver:
                 got = sorted(f"{s.service}:{s.name}" for s in spans)
                 raise AssertionError(f"trace {trace_id} incomplete after {timeout} s: {got}")
             time.sleep(0.2)
+
+
+def main() -> None:
+    """`python -m bench.otlp --port P`: a receiver in a process of its own, as a collector runs
+    apart from what it receives from (bench/tracing_cost.py); GET /count says how many spans."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    receiver = OtlpReceiver(parser.parse_args().port)
+    receiver._server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -21,6 +21,8 @@ from ragkit.metrics import HTTP_REQUESTS, HTTP_SECONDS, child
 
 log = logging.getLogger("durable_rag.gateway")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+# Probes and scrapes: a trace every few seconds from each prober would bury the requests'.
+UNTRACED = frozenset({"/healthz", "/readyz", "/metrics"})
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -81,7 +83,8 @@ class RequestId:
         started, status = time.perf_counter(), 0
         # With tracing on, the request's span: a caller's traceparent its parent, current
         # while the app runs, so the workflow start and every step below join its trace.
-        span = request_span(scope, request_id) if tracing.enabled() else None
+        traced = tracing.enabled() and scope["path"] not in UNTRACED
+        span = request_span(scope, request_id) if traced else None
 
         async def send_with_id(message: Message) -> None:
             nonlocal status

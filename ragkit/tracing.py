@@ -68,6 +68,7 @@ class _State:
     enabled: bool = False
     capture: bool = False
     provider: Any = None
+    tracer: Any = None  # the provider's, made once: get_tracer builds a new one each call
 
 
 _STATE = _State()
@@ -107,11 +108,12 @@ def setup(settings: Settings, service: str) -> bool:
     provider = TracerProvider(
         resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio))
     )
-    # A second's delay: a viewer shows a request's spans about when its answer arrives.
-    provider.add_span_processor(BatchSpanProcessor(_exporter(settings), schedule_delay_millis=1000))
+    # Batches every 5 s (the SDK's default): each export is an HTTP call, and on a busy CPU its
+    # cost is latency; a viewer shows a request's spans within seconds of its answer.
+    provider.add_span_processor(BatchSpanProcessor(_exporter(settings)))
     trace.set_tracer_provider(provider)
     atexit.register(provider.shutdown)
-    _STATE.enabled, _STATE.capture, _STATE.provider = True, config.capture_content, provider
+    install(provider, config.capture_content)
     return True
 
 
@@ -119,10 +121,11 @@ def install(provider: Any, capture_content: bool = False) -> None:
     """Use `provider` as this process's tracing (tests: an in-memory exporter's). The API keeps
     the first global provider it is given, so this sets only ours."""
     _STATE.enabled, _STATE.capture, _STATE.provider = True, capture_content, provider
+    _STATE.tracer = provider.get_tracer(TRACER)
 
 
 def uninstall() -> None:
-    _STATE.enabled, _STATE.capture, _STATE.provider = False, False, None
+    _STATE.enabled, _STATE.capture, _STATE.provider, _STATE.tracer = False, False, None, None
 
 
 def _exporter(settings: Settings) -> Any:
@@ -151,9 +154,7 @@ class _Tracer(trace.Tracer):
     _noop = trace.NoOpTracer()
 
     def _now(self) -> trace.Tracer:
-        if _STATE.enabled and _STATE.provider is not None:
-            return _STATE.provider.get_tracer(TRACER)
-        return self._noop
+        return _STATE.tracer if _STATE.enabled else self._noop
 
     def start_span(self, *args: Any, **kwargs: Any) -> Span:
         return self._now().start_span(*args, **kwargs)

@@ -72,7 +72,8 @@ def load_engine(settings: Settings) -> LLMEngine:
             enforce_eager=settings.llm.enforce_eager,
             # vLLM's request span (`llm_request`: queue, prefill, decode, time to first
             # token) joins each generation's trace through our provider (ragkit/tracing.py).
-            traced=settings.tracing.enabled,
+            traces_endpoint=settings.tracing.endpoint if settings.tracing.enabled else None,
+            traces_protocol=settings.tracing.protocol,
         )
     )
     if split:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,9 +33,6 @@ class InvalidSamplingError(ValueError):
 
 
 GREEDY = Sampling()
-# vLLM makes its own provider and exporter for this endpoint, which stay idle: its request spans
-# go through the global provider, ours, set up before the engine (ragkit/tracing.setup).
-_TRACES_ENDPOINT = "http://127.0.0.1:4317"
 
 
 def check_logit_bias(sampling: Sampling, vocabulary: int) -> None:
@@ -69,9 +67,11 @@ class EngineConfig:
     tensor_parallel_size: int
     dtype: str
     enforce_eager: bool
-    # Each request's context goes to the engine (`trace_headers`), whose `llm_request` span
-    # joins the trace through this process's provider (ragkit/tracing.py).
-    traced: bool = False
+    # With tracing on, where spans go (ragkit/tracing.py): each request's context goes to the
+    # engine (`trace_headers`), whose `llm_request` span joins the trace through this process's
+    # provider; the engine's own processes export their loading spans here themselves.
+    traces_endpoint: str | None = None
+    traces_protocol: str = "http/protobuf"
 
 
 class LLMEngine(Protocol):
@@ -130,11 +130,15 @@ class VllmEngine:
             gpu_memory_utilization=config.gpu_memory_utilization,
             tensor_parallel_size=config.tensor_parallel_size,
             enforce_eager=config.enforce_eager,
-            # vLLM traces a request only with an endpoint set; its spans go through the
-            # provider this process set up first (its own stays unused).
-            otlp_traces_endpoint=_TRACES_ENDPOINT if config.traced else None,
+            # vLLM traces a request only with an endpoint set. Its request spans go through the
+            # provider this process set up first; its engine-core process makes its own, from
+            # the endpoint and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL.
+            otlp_traces_endpoint=config.traces_endpoint,
         )
-        self._traced = self._traceable = config.traced
+        if config.traces_endpoint:
+            os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = config.traces_protocol
+            os.environ.setdefault("OTEL_SERVICE_NAME", "durable-rag-llm-engine")
+        self._traced = self._traceable = config.traces_endpoint is not None
         self._engine = AsyncLLM.from_engine_args(args)
         self._tokenizer = self._engine.get_tokenizer()
         self.model_name = config.served_name

@@ -92,3 +92,29 @@ def test_rotating_the_payload_key_appends_to_the_keyring_and_refuses_what_it_can
     monkeypatch.setenv("DURABLE_RAG_SECURITY_PAYLOAD_KEYS", "k9:" + "A" * 44)
     from_env = runner.invoke(app, ["keys", "rotate-payload-key"])
     assert from_env.exit_code == 2 and "DURABLE_RAG_SECURITY_PAYLOAD_KEYS" in from_env.output
+
+
+def test_commands_trace_into_the_viewer_of_a_stack_up_with_tracing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up --tracing` leaves run/tracing.json until `down`: commands trace into its viewer, unless
+    tracing is set otherwise."""
+    import json
+
+    from cli.common import with_stack_tracing
+    from ragkit.settings import Settings
+
+    monkeypatch.delenv("DURABLE_RAG_TRACING_ENABLED", raising=False)
+    settings = Settings(data_dir=tmp_path)
+    assert with_stack_tracing(settings) is settings  # no stack up with tracing: untouched
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "tracing.json").write_text(
+        json.dumps(
+            {"endpoint": "http://127.0.0.1:7006/v1/traces", "viewer_url": "http://127.0.0.1:7006"}
+        )
+    )
+    traced = with_stack_tracing(settings).tracing
+    assert traced.enabled and traced.endpoint == "http://127.0.0.1:7006/v1/traces"
+    assert traced.viewer_url == "http://127.0.0.1:7006"
+    monkeypatch.setenv("DURABLE_RAG_TRACING_ENABLED", "false")  # the operator's word wins
+    assert not with_stack_tracing(Settings(data_dir=tmp_path)).tracing.enabled

@@ -12,8 +12,13 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from bench.otlp import OtlpReceiver
 from durable_rag.stack.process import free_port
+from ragkit import tracing
 from ragkit.llm.engine import (
     InvalidSamplingError,
     OpenAIEngine,
@@ -37,12 +42,28 @@ def running_requests(port: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
+def receiver() -> Iterator[OtlpReceiver]:
+    """Where the server exports its request spans (`--otlp-traces-endpoint`)."""
+    running = OtlpReceiver().start()
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver
+) -> Iterator[tuple[int, str]]:
     settings = Settings()
     model = resolve_generator(PACKAGED_SMOLLM2, settings.data_dir.resolve())
     port = free_port()
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
+        OTEL_SERVICE_NAME="vllm-server",
+    )
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
@@ -51,6 +72,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]
                 "--dtype", "float32", "--enforce-eager",
                 "--max-model-len", "2048", "--gpu-memory-utilization", "0.25",
                 "--host", "127.0.0.1", "--port", str(port),
+                "--otlp-traces-endpoint", receiver.url,
             ],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
@@ -132,3 +154,27 @@ async def test_sampling_fields_reach_the_server(server: tuple[int, str]) -> None
     assert cut.finish_reason == "stop"
     with pytest.raises(InvalidSamplingError, match="outside this model's vocabulary"):
         await engine.generate(messages, 4, "req-6", sampling=Sampling(logit_bias={10**8: 1.0}))
+
+
+async def test_the_servers_request_span_joins_the_callers_trace(
+    server: tuple[int, str], receiver: OtlpReceiver
+) -> None:
+    """With tracing on, the server's own `llm_request` span (queue, prefill, decode) is the child
+    of the span that called it: the `traceparent` header carries it."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    try:
+        engine = engine_for(*server)
+        messages = [{"role": "user", "content": "What is the capital of France?"}]
+        with tracing.step("generate", tracing.LLM) as span:
+            assert span is not None
+            result = await engine.generate(messages, 8, "req-traced")
+    finally:
+        tracing.uninstall()
+    trace_id = format(span.get_span_context().trace_id, "032x")
+    [served] = receiver.wait_for(trace_id, lambda spans: bool(spans))
+    assert served.name == "llm_request" and served.service == "vllm-server"
+    assert served.parent_id == format(span.get_span_context().span_id, "016x")
+    assert served.attributes["gen_ai.usage.completion_tokens"] == result.completion_tokens

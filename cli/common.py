@@ -4,7 +4,6 @@ connection, the database sessions and links to the Temporal UI."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,7 +38,7 @@ def with_stack_tracing(settings: Settings) -> Settings:
     """While an embedded stack brought up with `--tracing` runs (it leaves `run/tracing.json`
     until `down`), commands trace into its viewer too, unless tracing is set otherwise."""
     marker = settings.data_dir / "run" / "tracing.json"
-    if settings.tracing.enabled or "DURABLE_RAG_TRACING_ENABLED" in os.environ:
+    if "enabled" in settings.tracing.model_fields_set:  # the environment or .env said
         return settings
     try:
         traced = json.loads(marker.read_text())

@@ -136,8 +136,12 @@ class VllmEngine:
             otlp_traces_endpoint=config.traces_endpoint,
         )
         if config.traces_endpoint:
-            os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = config.traces_protocol
-            os.environ.setdefault("OTEL_SERVICE_NAME", "durable-rag-llm-engine")
+            # Written, for vLLM's engine-core process, which reads them when it starts: the
+            # settings' protocol, and a name for its spans (ours set theirs explicitly).
+            os.environ.update(
+                OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=config.traces_protocol,
+                OTEL_SERVICE_NAME="durable-rag-llm-engine",
+            )
         self._traced = self._traceable = config.traces_endpoint is not None
         self._engine = AsyncLLM.from_engine_args(args)
         self._tokenizer = self._engine.get_tokenizer()

@@ -88,6 +88,7 @@ def ask(
             ) as span:
                 answer = await rag.ask(request)
                 trace_id = tracing.trace_id_hex(span)
+                tracing.answered(answer)
         except ValueError as exc:
             usage_error(str(exc))
         except WorkflowFailureError as exc:

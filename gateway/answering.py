@@ -216,16 +216,7 @@ async def start_answer(
 
 
 def traced(answer: Answer) -> Answer:
-    """The answer's outcome on the request's span: how it was made, and what degraded."""
-    if tracing.enabled():
-        tracing.annotate(
-            {
-                tracing.ROUTE: answer.route,
-                tracing.DEGRADED: list(answer.degradations),
-                **tracing.llm(answer.model, answer.tokens.prompt, answer.tokens.completion),
-                **tracing.content(tracing.OUTPUT, answer.answer),
-            }
-        )
+    tracing.answered(answer)
     return answer
 
 

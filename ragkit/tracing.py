@@ -41,6 +41,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from ragkit.settings import Settings
+from schemas.answer import Answer
 
 TRACER = "durable_rag"
 PROJECT = "durable-rag"
@@ -268,6 +269,22 @@ def llm(
     if prompt_tokens is not None and completion_tokens is not None:
         attributes[SpanAttributes.LLM_TOKEN_COUNT_TOTAL] = prompt_tokens + completion_tokens
     return attributes
+
+
+def answered(answer: Answer) -> None:
+    """An answer's outcome on the current span (the request's, the CLI command's): its run,
+    how it was made, what degraded, its model and tokens."""
+    if not _STATE.enabled:
+        return
+    annotate(
+        {
+            "durable_rag.workflow_id": answer.trace_id,
+            ROUTE: answer.route,
+            DEGRADED: list(answer.degradations),
+            **llm(answer.model, answer.tokens.prompt, answer.tokens.completion),
+            **content(OUTPUT, answer.answer),
+        }
+    )
 
 
 def reranker(model: str, top_k: int, query: str) -> dict[str, Any]:

@@ -144,6 +144,18 @@ class ModuleScopes(LoadScopeScheduling):
     def _split_scope(self, nodeid: str) -> str:
         return scope_of(nodeid)
 
+    def _reschedule(self, node: Any) -> None:
+        """The worker that ran the vLLM group takes no other module while another worker is up:
+        in that process a torch call from a new activity thread has crashed it with SIGSEGV
+        (`set_grad_enabled`, under FlagEmbedding's encode, twice in CI, each time in a module
+        after the group), losing the run. It stops when its group is done."""
+        others = [n for n in self.nodes if n is not node and not n.shutting_down]
+        if VLLM_GROUP in self.assigned_work.get(node, {}) and others:
+            if not node.shutting_down and self._pending_of(self.assigned_work[node]) == 0:
+                node.shutdown()
+            return
+        super()._reschedule(node)
+
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,6 +173,20 @@ class Process:
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
         self.stop(timeout=0.0, sig=signal.SIGKILL)
+
+    def wait_ready(
+        self, ready: Callable[[], bool], timeout: float, every: float, unready: str
+    ) -> None:
+        """Until `ready()` holds; StackError with the log's tail if the process exits first, or
+        saying `unready` ("did not become healthy") after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise self.fail("exited while starting")
+            if ready():
+                return
+            time.sleep(every)
+        raise self.fail(f"{unready} within {timeout:.0f}s")
 
     def fail(self, what: str) -> StackError:
         return StackError(

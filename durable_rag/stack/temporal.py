@@ -4,7 +4,6 @@ UI and metrics, with the dynamic config that makes its task dispatch fast."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Collection
 from pathlib import Path
 
@@ -114,14 +113,12 @@ class TemporalDevServer:
         return True
 
     def wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.process.running():
-                raise self.process.fail("exited while starting")
-            if asyncio.run(_temporal_healthy(self.address)):
-                return
-            time.sleep(0.2)
-        raise self.process.fail(f"did not become healthy within {timeout:.0f}s")
+        self.process.wait_ready(
+            lambda: asyncio.run(_temporal_healthy(self.address)),
+            timeout,
+            0.2,
+            "did not become healthy",
+        )
 
     def stop(self) -> bool:
         return self.process.stop()

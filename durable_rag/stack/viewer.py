@@ -14,7 +14,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -117,14 +116,7 @@ class TraceViewer:
         return True
 
     def wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.process.running():
-                raise self.process.fail("exited while starting")
-            if self.healthy():
-                return
-            time.sleep(0.5)
-        raise self.process.fail(f"did not answer /healthz within {timeout:.0f}s")
+        self.process.wait_ready(self.healthy, timeout, 0.5, "did not answer /healthz")
 
     def stop(self) -> bool:
         return self.process.stop()

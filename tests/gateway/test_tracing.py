@@ -9,8 +9,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,6 +17,7 @@ from starlette.routing import Route
 
 from gateway.middleware import RequestId
 from ragkit import tracing
+from tests.spans import recorded
 
 CALLER_TRACE, CALLER_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
@@ -26,14 +25,8 @@ TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
 
 @pytest.fixture
 def exporter() -> Iterator[InMemorySpanExporter]:
-    recorded = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(recorded))
-    tracing.install(provider)
-    try:
-        yield recorded
-    finally:
-        tracing.uninstall()
+    with recorded() as spans:
+        yield spans
 
 
 def app() -> httpx.AsyncClient:

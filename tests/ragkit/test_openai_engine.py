@@ -12,9 +12,6 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bench.otlp import OtlpReceiver
 from durable_rag.stack.process import free_port
@@ -27,6 +24,7 @@ from ragkit.llm.engine import (
 from ragkit.llm.models import PACKAGED_SMOLLM2, resolve_generator
 from ragkit.settings import Settings
 from schemas.answer import Sampling
+from tests.spans import recorded
 
 # A second vLLM load (the server) for the `openai` backend: `make test-full`.
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.full, pytest.mark.slow]
@@ -161,18 +159,12 @@ async def test_the_servers_request_span_joins_the_callers_trace(
 ) -> None:
     """With tracing on, the server's own `llm_request` span (queue, prefill, decode) is the child
     of the span that called it: the `traceparent` header carries it."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.install(provider)
-    try:
+    with recorded():
         engine = engine_for(*server)
         messages = [{"role": "user", "content": "What is the capital of France?"}]
         with tracing.step("generate", tracing.LLM) as span:
             assert span is not None
             result = await engine.generate(messages, 8, "req-traced")
-    finally:
-        tracing.uninstall()
     trace_id = format(span.get_span_context().trace_id, "032x")
     [served] = receiver.wait_for(trace_id, lambda spans: bool(spans))
     assert served.name == "llm_request" and served.service == "vllm-server"

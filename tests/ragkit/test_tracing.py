@@ -9,21 +9,19 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from ragkit import tracing
 from ragkit.logs import _JsonFormatter, _TraceFilter
 from ragkit.settings import Settings
+from tests.spans import recorded
 
 
 class Traces:
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+    def __init__(self, exporter: InMemorySpanExporter) -> None:
+        self.exporter = exporter
 
     def spans(self) -> list[ReadableSpan]:
         return list(self.exporter.get_finished_spans())
@@ -36,18 +34,14 @@ class Traces:
 
 @pytest.fixture
 def traces() -> Iterator[Traces]:
-    recorded = Traces()
-    tracing.install(recorded.provider)
-    try:
-        yield recorded
-    finally:
-        tracing.uninstall()
+    with recorded() as exporter:
+        yield Traces(exporter)
 
 
 @pytest.fixture
-def with_content(traces: Traces) -> Traces:
-    tracing.install(traces.provider, capture_content=True)
-    return traces
+def with_content() -> Iterator[Traces]:
+    with recorded(capture_content=True) as exporter:
+        yield Traces(exporter)
 
 
 def test_off_by_default_nothing_is_set_up_or_made() -> None:

@@ -10,14 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from ragkit import tracing
+from tests.spans import recorded
 from workers.orchestrator import WORKFLOWS
 
 pytestmark = pytest.mark.workflow
@@ -49,20 +47,14 @@ async def test_a_replayed_history_emits_no_spans() -> None:
     not emit its workflow spans again: Temporal's interceptor skips them on replay, and nothing
     of ours is made in workflow code. Every recorded history, through the same interceptor the
     workers get (ragkit/tracing.py)."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.install(provider)
-    try:
+    with recorded() as exporter:
         interceptors = tracing.interceptors()
         assert [type(i).__name__ for i in interceptors] == ["TracingInterceptor"]
         replayer = Replayer(
             workflows=WORKFLOWS, data_converter=pydantic_data_converter, interceptors=interceptors
         )
         for path in HISTORIES:
-            recorded = json.loads(path.read_text())
-            history = WorkflowHistory.from_json(recorded.pop("workflowId", path.stem), recorded)
+            saved = json.loads(path.read_text())
+            history = WorkflowHistory.from_json(saved.pop("workflowId", path.stem), saved)
             await replayer.replay_workflow(history)
-    finally:
-        tracing.uninstall()
     assert exporter.get_finished_spans() == ()

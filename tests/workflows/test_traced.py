@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
@@ -19,6 +17,7 @@ from temporalio.worker import Worker
 from activities.answer_cache import AnswerCacheActivities
 from ragkit import tracing
 from schemas.answer import StoreAnswerInput
+from tests.spans import recorded
 from tests.workflows.standins import stand_in
 from workflows.calls import call
 
@@ -43,14 +42,8 @@ class StoreTraced:
 
 @pytest.fixture
 def exporter() -> Iterator[InMemorySpanExporter]:
-    recorded = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(recorded))
-    tracing.install(provider)
-    try:
-        yield recorded
-    finally:
-        tracing.uninstall()
+    with recorded() as spans:
+        yield spans
 
 
 async def test_a_run_started_untraced_is_traced_by_its_worker(

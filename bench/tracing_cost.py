@@ -32,6 +32,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from bench.sse import stream_answer
 from durable_rag.stack.process import free_port
 from ragkit import tracing
 
@@ -95,7 +96,7 @@ class TracingSides:
 
 
 async def tracing_cost(s: Setup, sides: TracingSides, requests: int) -> dict[str, Any]:
-    from bench.serving import request_for, stream_answer, timed_flow
+    from bench.serving import request_for, timed_flow
 
     found: dict[str, list[float]] = {f"{k}_{side}": [] for k in ("answer", "ttft", "cpu") for side in ("off", "on")}  # fmt: skip
     failed: list[str] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 from temporalio.api.enums.v1 import TaskQueueKind, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 
-from bench.serving import dispatch_counts, read_hops
+from bench.hops import dispatch_counts, read_hops
 
 
 def event(n: int, at: float) -> HistoryEvent:

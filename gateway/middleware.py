@@ -111,10 +111,7 @@ class RequestId:
             child(HTTP_REQUESTS, route, scope["method"], str(status or 0)).inc()
             # The trace id rides as an exemplar (OpenMetrics), never as a label; with tracing
             # on, the span's trace id beside it.
-            exemplar = tracing.exemplar(request_id) if span is not None else None
-            child(HTTP_SECONDS, route).observe(
-                seconds, exemplar=exemplar or {"trace_id": request_id[:64]}
-            )
+            child(HTTP_SECONDS, route).observe(seconds, exemplar=tracing.exemplar(request_id))
             if span is not None:
                 end_request_span(span, scope, route, status)
             if attached is not None:

@@ -199,9 +199,17 @@ def step(
     span = tracer().start_span(name, attributes={KIND: kind})
     if attributes:
         span.set_attributes(attributes)
+    with _current(span):
+        yield span
+
+
+@contextmanager
+def _current(span: Span) -> Iterator[None]:
+    """`span` current for the block, ended after it; an exception marks it failed, a
+    cancellation says so."""
     token = otel_context.attach(trace.set_span_in_context(span))
     try:
-        yield span
+        yield
     except BaseException as exc:
         cancelled = type(exc).__name__ in ("CancelledError", "CancelledErrorType")
         span.add_event(
@@ -340,15 +348,8 @@ def remote_span(
         yield None
         return
     span = tracer().start_span(name, context=extract(headers), kind=kind)
-    token = otel_context.attach(trace.set_span_in_context(span))
-    try:
+    with _current(span):
         yield span
-    except BaseException as exc:
-        span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
-        raise
-    finally:
-        otel_context.detach(token)
-        span.end()
 
 
 # --- one id ----------------------------------------------------------------------------------

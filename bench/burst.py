@@ -56,7 +56,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.burst_client import Sent, ask  # noqa: E402
+from bench.burst_client import Sent, ask, parse_timing  # noqa: E402
 from bench.load import QUESTIONS, MixedLoad  # noqa: E402
 from bench.scaleout import api_key  # noqa: E402
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
@@ -112,7 +112,7 @@ def summary(label: str, sent: list[Sent], timeout: float, target: float) -> dict
     begun = [s for s in admitted if s.timing and s.streamed]
     before = {
         "unseen": [(s.headers - s.sent) * 1000 - sum(s.timing.values()) for s in begun],
-        **{p: [s.timing.get(p, 0.0) for s in begun] for p in ("body", "admit", "turn", "start")},
+        **{p: [s.timing.get(p, 0.0) for s in begun] for p in ("body", "admit", "turn", "settle", "start")},
     }  # fmt: skip
     streamed = bool(sent and sent[0].streamed)
     to_429 = [(s.total - s.sent) * 1000 for s in refused]
@@ -169,6 +169,7 @@ async def late_refusals(http: aiohttp.ClientSession, url: str, key: str) -> dict
     One admitted anyway leaves at once (its run is cancelled). Their time to 429, at the client."""
     await asyncio.sleep(LATE_AFTER_SECONDS)
     refused: list[float] = []
+    inside: list[float] = []  # each one's Server-Timing, summed
     for _ in range(LATE_REQUESTS):
         began = time.monotonic()
         body = {
@@ -186,11 +187,16 @@ async def late_refusals(http: aiohttp.ClientSession, url: str, key: str) -> dict
             ) as r:
                 if r.status == 429:
                     refused.append((time.monotonic() - began) * 1000)
+                    inside.append(sum(parse_timing(r.headers.get("server-timing", "")).values()))
         await asyncio.sleep(0.05)
+    slowest = max(range(len(refused)), key=refused.__getitem__, default=None)
     return {
         "late_429": len(refused),
         "late_429_p50_ms": pct(refused, 0.5),
         "late_429_max_ms": pct(refused, 1.0),
+        # Of the slowest, the time the gateway's Server-Timing accounts for (arrival to the
+        # decision): the rest was before it saw the request, or the client's own.
+        "late_429_max_gateway_ms": inside[slowest] if slowest is not None else math.nan,
     }
 
 

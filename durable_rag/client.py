@@ -483,6 +483,21 @@ class RagClient:
         # Shielded: a request that is cancelled while it waits leaves the read to the others.
         return await asyncio.shield(self._default_reading)
 
+    async def admission_model(self) -> str:
+        """The default model as last read, for admission at the gateway's door: never waits for
+        Postgres once it has been read (a read is started if this one is past its TTL). A burst's
+        refusal once waited 1.8 s behind a read on a Postgres starved by the admitted work, and
+        the served models' read every SERVED_MODELS_TTL_SECONDS held one request each time.
+        Stale by up to a slow read: an admitted request still starts on the model
+        `default_model` gives when it starts (its admission only counted its cost there)."""
+        if not self._default_model:
+            return await self.default_model()  # never read: this gateway's first request
+        if time.monotonic() - self._default_read_at >= DEFAULT_MODEL_TTL_SECONDS and (
+            self._default_reading is None or self._default_reading.done()
+        ):
+            self._default_reading = asyncio.ensure_future(self._read_default_model())
+        return self._default_model
+
     async def _read_default_model(self) -> str:
         began = time.monotonic()  # fresh from the read's start: a swap's wait counts from it
         try:

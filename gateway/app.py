@@ -46,7 +46,7 @@ from gateway.routers import (
     openai,
     runs,
 )
-from gateway.warm import ApiKeys, Refresher, open_token_stream
+from gateway.warm import ApiKeys, Refresher, import_lazy, open_pool, open_token_stream
 from ragkit.admission import Admission
 from ragkit.codec import codec_for
 from ragkit.db import make_sessionmaker
@@ -72,6 +72,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     peers = Peers(app.state.sessions, app.state.admission, settings.gateway.heartbeat_seconds)
     await peers.start()  # before the first request: its share is known from the start
     await open_token_stream(app.state.token_listener)
+    await open_pool(app.state.sessions)
+    await app.state.rag.default_model(fresh=True)  # the door's admission reads it from here on
+    await import_lazy()
     # What starting made lives as long as the process: out of the collector's reach, so the
     # collections a burst's garbage triggers do not walk it (the first burst of 300 refusals
     # after a start took ~1.6x the gateway's CPU of the next ones without this).

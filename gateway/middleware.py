@@ -31,17 +31,17 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 def mark(state: Any, phase: str) -> None:
-    """The end of a phase of a live request (`body`, `admit`, `turn`, `start`): its Server-Timing
+    """The end of a phase of a live request (`body`, `admit`, `turn`, `settle`, `start`): its Server-Timing
     header says how long each took, from the request's arrival."""
     state.timing.append((phase, time.monotonic()))
 
 
 def server_timing(arrived: float, marks: list[tuple[str, float]]) -> bytes:
-    """`Server-Timing: body;dur=0.3, admit;dur=0.1, turn;dur=0.1, start;dur=9.5` (ms): each
-    phase from the one before, the first from the request's arrival (its headers): `body` until
-    the whole body was read, `admit` the door's decision (gateway/door.py), `turn` the start
-    window, `start` the key lookup, the endpoint's other dependencies and the workflow's
-    start."""
+    """`Server-Timing: body;dur=0.3, admit;dur=0.1, turn;dur=0.1, settle;dur=0.0, start;dur=9.5`
+    (ms): each phase from the one before, the first from the request's arrival (its headers):
+    `body` until the whole body was read, `admit` the door's decision (gateway/door.py), `turn`
+    the start window, `settle` a burst's refusals going out first (`door.Arrivals`), `start` the
+    key lookup, the endpoint's other dependencies and the workflow's start."""
     parts, since = [], arrived
     for phase, at in marks:
         parts.append(f"{phase};dur={(at - since) * 1000:.1f}")

@@ -140,6 +140,93 @@ async def test_an_admitted_request_waits_its_turn_at_the_door_before_the_app_run
     holder.release()
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_request_alone_settles_at_once_and_one_of_a_burst_after_its_arrivals() -> None:
+    clock = Clock()
+    arrivals = door.Arrivals(quiet=0.002, most=0.1, clock=clock)
+    alone = arrivals.arrived()
+    clock.now += 0.5
+    await asyncio.wait_for(arrivals.settled(*alone), 0.001)  # never sleeps: no clock moves it
+
+    # Arrivals 5 ms apart: the first of them waits until `quiet` after the last, however long
+    # the burst, up to `most` (times a busy CI machine keeps: its gaps stay under `quiet`).
+    loop = asyncio.get_running_loop()
+    real = door.Arrivals(quiet=0.05, most=1.0)
+    first = real.arrived()
+    real.arrived()  # the next one of its burst, at once
+    settled = asyncio.create_task(real.settled(*first))
+    began = loop.time()
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+        real.arrived()
+        assert not settled.done()
+    last = loop.time()
+    await settled
+    assert loop.time() >= last + 0.05 - 1e-3 and loop.time() - began < 1.0
+    flood = door.Arrivals(quiet=0.05, most=0.2)
+    mine = flood.arrived()
+    flood.arrived()
+    keep = asyncio.create_task(_arrive_until(flood, 1.0))
+    began = loop.time()
+    await flood.settled(*mine)
+    assert 0.2 - 1e-3 <= loop.time() - began < 0.6  # `most`, not the flood's end
+    keep.cancel()
+
+
+async def _arrive_until(arrivals: door.Arrivals, seconds: float) -> None:
+    until = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < until:
+        arrivals.arrived()
+        await asyncio.sleep(0.005)
+
+
+async def test_a_bursts_refusals_go_out_before_its_admitted_work_starts() -> None:
+    """A burst through the door: the app runs for the admitted requests only after the last
+    refusal was sent."""
+    gate = admission(target=10)  # room for 8: 8 x 1.1 s ahead + 1.8 s of its own
+    inner = Inner(gate)
+    sent: list[tuple[str, float]] = []
+
+    async def recorded(scope: Any, receive: Any, send: Any) -> None:
+        async def send_noted(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                sent.append((str(message["status"]), asyncio.get_running_loop().time()))
+            await send(message)
+
+        await gated(scope, receive, send_noted)
+
+    gated = Door(inner.app, [LiveRoute("/v1/ask", AskBody, answers.cost)])
+    gated.arrivals = door.Arrivals(quiet=0.05)  # a busy CI machine's gaps stay under it
+    reached: list[float] = []
+    inner.calls = _Noted(reached)
+    transport = httpx.ASGITransport(app=recorded, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://door") as http:
+        replies = await asyncio.gather(*(http.post("/v1/ask", json=ASK) for _ in range(40)))
+    statuses = sorted(r.status_code for r in replies)
+    assert statuses.count(200) == 8 and statuses.count(429) == 32
+    last_refusal = max(at for status, at in sent if status == "429")
+    assert len(reached) == 8 and min(reached) > last_refusal
+
+
+class _Noted(list):  # type: ignore[type-arg]
+    """Inner.calls that also notes when each call reached the app."""
+
+    def __init__(self, reached: list[float]) -> None:
+        super().__init__()
+        self.reached = reached
+
+    def append(self, item: Any) -> None:
+        self.reached.append(asyncio.get_running_loop().time())
+        super().append(item)
+
+
 async def test_a_failing_endpoint_still_gives_its_ticket_back() -> None:
     gate = admission()
     inner = Inner(gate, fail=True)

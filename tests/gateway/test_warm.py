@@ -5,6 +5,9 @@ TTL, and an idle gateway reads nothing."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import threading
 import time
 from typing import Any
 
@@ -13,7 +16,8 @@ from sqlalchemy import event
 from temporalio.client import Client
 
 from durable_rag.client import DEFAULT_MODEL_STALE_SECONDS, DEFAULT_MODEL_TTL_SECONDS, RagClient
-from gateway.warm import KEY_TTL_SECONDS, ApiKeys, Refresher
+from gateway.warm import KEY_TTL_SECONDS, ApiKeys, Refresher, open_pool
+from ragkit.db import make_sessionmaker
 from ragkit.store import keys, model_alias
 from tests.conftest import Database, make_settings
 
@@ -136,3 +140,61 @@ async def test_requests_that_find_the_default_model_stale_share_one_read(
     waiters[0].cancel()
     assert await asyncio.gather(*waiters[1:]) == ["again", "again"]
     assert queries.count - before == reads
+
+
+async def test_a_starting_gateway_opens_its_pool_and_threads_before_the_first_request(
+    database: Database,
+) -> None:
+    """What a fresh gateway's first burst paid (new Postgres backends, new worker threads, the
+    key lookup's first compile) is paid at start: the first lookup after it opens nothing."""
+    sessions = make_sessionmaker(database.url)  # a fresh engine: nothing opened yet
+    engine = sessions.kw["bind"]
+    opened = Queries(Database(database.url, database.name, sessions))
+    connects: list[object] = []
+    event.listen(engine, "connect", lambda *_: connects.append(object()))
+    assert await open_pool(sessions) == engine.pool.size() == 5
+    assert len(connects) == 5 and engine.pool.checkedin() == 5
+    # The loop's executor has started five threads: five blocking calls at once start no more.
+    threads, together = threading.active_count(), threading.Barrier(5, timeout=10)
+    await asyncio.gather(*(asyncio.to_thread(together.wait) for _ in range(5)))
+    assert threading.active_count() == threads
+    assert opened.count >= 6  # a SELECT 1 each and the key lookup
+    _, key = keys.create_key(database.sessions, "acme")
+    assert await asyncio.to_thread(ApiKeys(sessions).lookup, key) == "acme"
+    assert len(connects) == 5  # the lookup found its connection open
+    engine.dispose()
+
+
+async def test_a_pool_postgres_cannot_fill_is_left_to_the_requests(database: Database) -> None:
+    """A Postgres that refuses connections delays no start: it is said and the requests open
+    their own, as before."""
+    sessions = make_sessionmaker(database.url.replace(f"/{database.name}", "/no_such_database"))
+    assert await open_pool(sessions) == 0
+    sessions.kw["bind"].dispose()
+
+
+async def test_admission_takes_the_default_model_as_last_read_and_never_waits_for_postgres(
+    client: Client, database: Database
+) -> None:
+    rag = RagClient(client, make_settings(llm_served_name="before"), database.sessions)
+    assert await rag.admission_model() == "before"  # never read: this one reads it
+    model_alias.activate(database.sessions, "after", "before")
+    time.sleep(DEFAULT_MODEL_STALE_SECONDS)  # too old for a request's start to use
+    queries = Queries(database)
+    assert await rag.admission_model() == "before"  # at once: the read it started runs behind
+    assert queries.count == 0
+    await rag._default_reading  # type: ignore[misc]
+    assert await rag.admission_model() == "after" and queries.count >= 1
+
+
+def test_a_starting_gateway_imports_what_a_first_stream_would() -> None:
+    """In a fresh interpreter: after `import_lazy`, anyio's asyncio backend (Starlette's threads
+    and task groups) is loaded, so a first burst does not load it among its refusals."""
+    script = (
+        "import asyncio, sys\n"
+        "from gateway.warm import import_lazy\n"
+        "assert 'anyio._backends._asyncio' not in sys.modules\n"
+        "asyncio.run(import_lazy())\n"
+        "assert 'anyio._backends._asyncio' in sys.modules and 'encodings.idna' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)

@@ -45,7 +45,6 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.burst_client import Sent, ask, parse_timing  # noqa: E402
+from bench.burst_client import Sent, ask  # noqa: E402
 from bench.load import QUESTIONS, MixedLoad  # noqa: E402
 from bench.scaleout import api_key  # noqa: E402
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
@@ -75,7 +74,7 @@ LONG_QUESTION = (
 
 
 def session(connections: int, total: float) -> aiohttp.ClientSession:
-    """The late asks' and the backlog poller's client (the burst's own: bench/burst_client.py)."""
+    """The backlog poller's client (the burst's and the late asks': bench/burst_client.py)."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=connections, force_close=True),
         timeout=aiohttp.ClientTimeout(total=total, sock_connect=60),
@@ -161,42 +160,47 @@ LATE_AFTER_SECONDS = 10.0  # the burst's arrival is over; its admitted work is r
 LATE_REQUESTS = 20
 
 
-async def late_refusals(http: aiohttp.ClientSession, url: str, key: str) -> dict[str, Any]:
+# The burst's arrival and its refusals: what the hypervisor took from this VM then is in them.
+ARRIVAL_SECONDS = 0.5
+
+
+def _steal_jiffies() -> list[int]:
+    """Per CPU, the time the hypervisor ran something else while this VM's CPU was runnable."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    return [int(line.split()[8]) for line in lines if re.match(r"cpu\d", line)]
+
+
+async def steal_ms(seconds: float) -> list[int]:
+    """Each CPU's stolen time over the next `seconds` (ms, in steps of the kernel's 10 ms tick)."""
+    before = _steal_jiffies()
+    await asyncio.sleep(seconds)
+    return [(b - a) * 10 for a, b in zip(before, _steal_jiffies(), strict=True)]
+
+
+async def late_refusals(url: str, key: str, longest: int) -> dict[str, Any]:
     """The common overload: a request that arrives alone while the admitted work runs.
     `LATE_REQUESTS` streamed asks, one after the other, from `LATE_AFTER_SECONDS` into the burst,
     each for the longest answer (44 s on its own here), so it is refused while more than ~16 s of
     work is held: an 8-token one is admitted whenever an earlier request ends, as it should be.
-    One admitted anyway leaves at once (its run is cancelled). Their time to 429, at the client."""
+    One admitted anyway leaves after 2 s (its run is cancelled). Their time to 429 at the client,
+    sent by the burst's own client (bench/burst_client.py): through aiohttp (its resolver thread,
+    its own parsing) a few took 0.13-0.85 s of which the gateway's Server-Timing held 0.5 ms."""
     await asyncio.sleep(LATE_AFTER_SECONDS)
-    refused: list[float] = []
-    inside: list[float] = []  # each one's Server-Timing, summed
+    refused: list[Sent] = []
     for _ in range(LATE_REQUESTS):
-        began = time.monotonic()
-        body = {
-            "model": "durable-rag",
-            "messages": [{"role": "user", "content": f"({uuid.uuid4().hex[:6]}) {QUESTIONS[0]}"}],
-            "stream": True,
-        }
-        headers = {"Authorization": f"Bearer {key}"}
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with http.post(
-                f"{url}/v1/chat/completions",
-                json=body,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=2),  # admitted, in line: leave
-            ) as r:
-                if r.status == 429:
-                    refused.append((time.monotonic() - began) * 1000)
-                    inside.append(sum(parse_timing(r.headers.get("server-timing", "")).values()))
+        sent = await ask(url, key, QUESTIONS[0], longest, True, 0, total=2.0)
+        if sent.status == 429:
+            refused.append(sent)
         await asyncio.sleep(0.05)
-    slowest = max(range(len(refused)), key=refused.__getitem__, default=None)
+    times = [s.headers * 1000 for s in refused]  # from the connect to the response's head
+    slowest = max(refused, key=lambda s: s.headers, default=None)
     return {
         "late_429": len(refused),
-        "late_429_p50_ms": pct(refused, 0.5),
-        "late_429_max_ms": pct(refused, 1.0),
+        "late_429_p50_ms": pct(times, 0.5),
+        "late_429_max_ms": pct(times, 1.0),
         # Of the slowest, the time the gateway's Server-Timing accounts for (arrival to the
         # decision): the rest was before it saw the request, or the client's own.
-        "late_429_max_gateway_ms": inside[slowest] if slowest is not None else math.nan,
+        "late_429_max_gateway_ms": sum(slowest.timing.values()) if slowest else math.nan,
     }
 
 
@@ -212,12 +216,18 @@ async def quiet(client: Any, within: float = 600) -> None:
 
 
 class Backlogs:
-    """Polls every gateway's backlog gauge; the most the gateways held together at once."""
+    """Polls every gateway's backlog gauge; the most the gateways held together at once. A
+    scrape takes the gateway's event loop for ~10 ms (its process collector reads /proc), so
+    the first comes after the burst's arrival (the backlog peaks once the admitted are in), and
+    the next every POLL_SECONDS."""
+
+    POLL_SECONDS = 0.5
 
     def __init__(self, urls: list[str]) -> None:
         self.urls, self.peak = urls, 0.0
 
     async def poll(self, http: aiohttp.ClientSession) -> None:
+        await asyncio.sleep(ARRIVAL_SECONDS)
         while True:
             total = 0.0
             for url in self.urls:
@@ -233,7 +243,7 @@ class Backlogs:
                         )
                     )
             self.peak = max(self.peak, total)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(self.POLL_SECONDS)
 
 
 async def burst(urls: list[str], key: str, requests: int, tokens: int, streamed: bool,
@@ -337,13 +347,17 @@ async def run_sides(sides: list[str], requests: int, tokens: int) -> list[dict[s
                     began = time.monotonic()
                     later = None
                     if side not in ("lifted", "floor"):  # nothing is refused on arrival there
-                        later = asyncio.create_task(late_refusals(http, urls[0], key))
+                        later = asyncio.create_task(
+                            late_refusals(urls[0], key, settings.llm.max_answer_tokens)
+                        )
+                    stolen = asyncio.create_task(steal_ms(ARRIVAL_SECONDS))
                     sent = await burst(urls, key, requests, tokens, streamed, 600)
                     poller.cancel()
                     row = summary(side, sent, timeout, target)
                     if later is not None:
                         row.update(await later)
                     row["backlog_peak_s"] = round(backlogs.peak, 1)
+                    row["steal_ms"] = await stolen
                     row["seconds"] = round(time.monotonic() - began, 1)
                     rows.append(row)
                     print(json.dumps(row, default=str), flush=True)

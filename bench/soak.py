@@ -8,8 +8,11 @@ asking questions, one ingesting a new document at a time, one conversation. Per 
 reports the requests finished, throughput, failures, latency P50/P99, and the resident memory of
 each part (with its child processes); the windows cover the load's own time, and requests still
 in flight when it stops count in the last one. At the end: the drift of P99 and of each part's
-RSS from the first window to the last. A growing RSS or P99 under a steady load is a leak or a
-slowdown that would take a production service down after hours.
+RSS from the first window to the last; each part's RSS slope over the second half of the run (MB
+per hour, a least-squares fit: past the warm-up, what a week of it would add); and each store's
+growth on disk per 1,000 requests (Temporal's database, Postgres, the index, the logs). A growing
+RSS or P99 under a steady load is a leak or a slowdown that would take a production service down
+after hours.
 
 P99 drifts by kind of request, over the requests *started* in the first and the last window: an
 answer that takes longer than a window finishes in the next, so a first window counted by
@@ -75,6 +78,11 @@ class SoakReport:
     # Per kind of request: P99 of those started in the last window over those started in the
     # first (1.0: no drift); a kind with no request started in either is left out.
     p99_drift_by_kind: dict[str, float] = field(default_factory=dict)
+    # Each part's RSS over the run: (seconds from the load's start, bytes per part).
+    rss_samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    # Each store's size on disk (bytes) once the seed is in, and at the end.
+    stores_before: dict[str, int] = field(default_factory=dict)
+    stores_after: dict[str, int] = field(default_factory=dict)
 
     @property
     def degraded_rate(self) -> float:
@@ -88,6 +96,65 @@ class SoakReport:
     def rss_drift_mb(self) -> dict[str, float]:
         first, last = self.windows[0].rss_mb, self.windows[-1].rss_mb
         return {part: last.get(part, 0.0) - mb for part, mb in first.items()}
+
+    def rss_slope_mb_per_hour(self) -> dict[str, float]:
+        """Each part's RSS slope over the run's second half (MB per hour, least squares): the
+        first half holds the warm-up (caches filling, the engine's first batches)."""
+        half = self.duration_s / 2
+        late = [(at, sizes) for at, sizes in self.rss_samples if at >= half]
+        parts = sorted({part for _, sizes in late for part in sizes})
+        return {
+            part: slope_per_hour([(at, sizes[part] / MB) for at, sizes in late if part in sizes])
+            for part in parts
+        }
+
+    def store_growth_mb_per_1000(self) -> dict[str, float]:
+        """Each store's growth on disk per 1,000 requests (MB)."""
+        if not self.requests:
+            return {}
+        return {
+            store: (self.stores_after.get(store, 0) - size) / MB * 1000 / self.requests
+            for store, size in self.stores_before.items()
+        }
+
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float:
+    """The least-squares slope of (seconds, value) points, per hour; NaN under two times."""
+    if len({at for at, _ in points}) < 2:
+        return math.nan
+    n = len(points)
+    mean_t = sum(at for at, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    covariance = sum((at - mean_t) * (v - mean_v) for at, v in points)
+    variance = sum((at - mean_t) ** 2 for at, _ in points)
+    return covariance / variance * 3600
+
+
+# The stores of the embedded stack, under its data folder (ragkit.settings.Settings.data_dir).
+STORES = {
+    "temporal": ["temporal.db", "temporal.db-wal", "temporal.db-shm"],
+    "postgres": ["postgres"],
+    "index": ["index"],
+    "logs": ["logs"],
+}
+
+
+def store_sizes(data_dir: Path) -> dict[str, int]:
+    """Bytes on disk of each store (files and folders; what is missing counts 0)."""
+    sizes: dict[str, int] = {}
+    for store, names in STORES.items():
+        total = 0
+        for name in names:
+            path = data_dir / name
+            files = [path] if path.is_file() else path.rglob("*") if path.is_dir() else []
+            for file in files:
+                try:
+                    if file.is_file() and not file.is_symlink():
+                        total += file.stat().st_size
+                except OSError:  # removed while we walked: a segment merged, a WAL recycled
+                    pass
+        sizes[store] = total
+    return sizes
 
 
 def _windows(
@@ -146,6 +213,7 @@ async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakR
     client = await connect(stack.settings, quiet_runtime())
     load = MixedLoad(client, stack.settings, "soak", stack.work / "corpus" / "soak")
     await load.seed()
+    stores_before = await asyncio.to_thread(store_sizes, stack.data_dir)
     stop = asyncio.Event()
     rss: list[tuple[float, dict[str, int]]] = []
     began = time.monotonic()
@@ -161,6 +229,9 @@ async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakR
     report = SoakReport(duration_s=duration, window_s=window)
     report.windows = _windows(outcomes, began, stopped, window, rss)
     report.p99_drift_by_kind = p99_drift_by_kind(outcomes, began, stopped, window)
+    report.rss_samples = [(at - began, sizes) for at, sizes in rss]
+    report.stores_before = stores_before
+    report.stores_after = await asyncio.to_thread(store_sizes, stack.data_dir)
     report.requests = len(outcomes)
     report.failed = sum(1 for o in outcomes if o.status == "failed")
     report.degraded = sum(1 for o in outcomes if o.status == "degraded")
@@ -196,6 +267,20 @@ def format_report(report: SoakReport) -> str:
         f"drift, first window to last: P99 x{report.p99_drift:.2f} ({by_kind or 'no kind in both'}"
         "; by start); RSS " + ", ".join(f"{p} {d:+.0f} MB" for p, d in drift.items())
     )
+    slopes = report.rss_slope_mb_per_hour()
+    lines.append(
+        "RSS slope over the second half (MB/hour, least squares): "
+        + ", ".join(f"{p} {v:+.0f}" for p, v in slopes.items())
+    )
+    growth = report.store_growth_mb_per_1000()
+    lines.append(
+        "stores on disk, after the seed -> the end (MB), growth per 1,000 requests: "
+        + ", ".join(
+            f"{store} {report.stores_before[store] / MB:.0f} -> "
+            f"{report.stores_after.get(store, 0) / MB:.0f} ({growth.get(store, math.nan):+.1f})"
+            for store in report.stores_before
+        )
+    )
     return "\n".join(lines)
 
 
@@ -206,6 +291,8 @@ def to_json(report: SoakReport) -> dict[str, object]:
         "p99_drift": report.p99_drift,
         "degraded_rate": report.degraded_rate,
         "rss_drift_mb": report.rss_drift_mb(),
+        "rss_slope_mb_per_hour": report.rss_slope_mb_per_hour(),
+        "store_growth_mb_per_1000": report.store_growth_mb_per_1000(),
     }
 
 

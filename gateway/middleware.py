@@ -31,8 +31,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 def mark(state: Any, phase: str) -> None:
-    """The end of a phase of a live request (`body`, `admit`, `turn`, `settle`, `start`): its Server-Timing
-    header says how long each took, from the request's arrival."""
+    """The end of a phase of a live request (`body`, `admit`, `turn`, `settle`, `start`): its
+    Server-Timing header says how long each took, from the request's arrival."""
     state.timing.append((phase, time.monotonic()))
 
 

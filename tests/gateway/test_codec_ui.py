@@ -154,7 +154,9 @@ async def chromium_at(
             assert browser.poll() is None, f"chromium exited ({browser.returncode}):\n{tail(log)}"
             assert time.monotonic() < deadline, f"chromium opened no DevTools port:\n{tail(log)}"
             await asyncio.sleep(0.05)
-        async with httpx.AsyncClient() as http:
+        # A browser still starting on a loaded 2-CPU runner can take past httpx's 5 s default to
+        # answer its first DevTools request.
+        async with httpx.AsyncClient(timeout=60) as http:
             targets = (await http.get(f"http://127.0.0.1:{lines[0]}/json/list")).json()
         page = next(t for t in targets if t["type"] == "page")
         async with websocket(page["webSocketDebuggerUrl"], max_size=None) as socket:

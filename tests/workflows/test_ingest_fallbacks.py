@@ -22,6 +22,7 @@ from activities.vector_index import VectorIndexActivities
 from ragkit import policies
 from ragkit.policies import PolicyTable
 from ragkit.settings import Settings
+from ragkit.settings.platform import ActivityPolicyOverride
 from schemas.common import DocumentVersion
 from schemas.ingest import (
     CommitOutput,
@@ -41,6 +42,22 @@ from workflows.calls import PolicyTableInterceptor
 from workflows.ingest import IngestWorkflow
 
 FILES = [f"/docs/f{i}.md" for i in range(6)]
+
+# The declared attempts with millisecond backoff. The time-skipping server should skip the
+# declared backoff (up to 181 s for stage_batch), but in two CI runs it stopped skipping after the
+# module's first test and the stage test waited it out in real time. What these tests prove
+# (attempts, fallbacks) does not depend on the intervals.
+FAST_RETRIES = {
+    name: ActivityPolicyOverride(initial_interval_seconds=0.01, maximum_interval_seconds=0.05)
+    for name in (
+        "discover_files",
+        "stage_batch",
+        "index_documents",
+        "commit_batch",
+        "purge_superseded",
+        "discard_pending",
+    )
+}
 
 
 class Script:
@@ -120,7 +137,9 @@ async def run_stand_in_ingest(
     """IngestWorkflow over the stand-ins: FILES in batches of 2; returns the result and the
     workflow id (test_ingest.py compares its commands with a real run's)."""
     queue = f"q-{uuid.uuid4().hex[:8]}"
-    table = PolicyTable.from_settings(Settings(workflow_task_queue=queue, index_task_queue=queue))
+    table = PolicyTable.from_settings(
+        Settings(workflow_task_queue=queue, index_task_queue=queue, activity_policies=FAST_RETRIES)
+    )
     with ThreadPoolExecutor(4) as executor:
         async with Worker(
             client,

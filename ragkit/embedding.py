@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ragkit import failpoints
+from ragkit.model_thread import ModelThread
 from ragkit.settings import PACKAGED_MINILM
 
 # Torch's OpenMP threads spin after each parallel region by default. In a worker, other threads
@@ -67,7 +68,8 @@ CPU_PASSAGES_PER_FORWARD = 2
 
 
 class Embedder:
-    """A loaded embedding model. Thread-safe: encodes one call at a time."""
+    """A loaded embedding model. Thread-safe: encodes one call at a time, on its own thread
+    (ragkit/model_thread.py)."""
 
     def __init__(
         self, name: str, model: Any, max_length: int, batch_size: int, device: str = "cpu"
@@ -85,6 +87,7 @@ class Embedder:
         self.dimension = int(self._forwards.config.hidden_size)
         self.tokenizer = model.tokenizer
         self._lock = threading.Lock()
+        self._thread = ModelThread("embedder")
         self._queue_lock = threading.Lock()
         self._queue: list[_Query] = []  # queries waiting for the model (embed_query)
         # Counts every passage encoded by this process; tests use it to prove skips.
@@ -97,8 +100,11 @@ class Embedder:
         with self._lock:
             try:
                 vectors = _dense(
-                    self._model.encode_corpus(
-                        texts, batch_size=self.per_forward, max_length=self.max_length
+                    self._thread.run(
+                        self._model.encode_corpus,
+                        texts,
+                        batch_size=self.per_forward,
+                        max_length=self.max_length,
                     )
                 )
             finally:
@@ -120,8 +126,10 @@ class Embedder:
                     batch, self._queue = self._queue, []
                 try:
                     vectors = _dense(
-                        self._model.encode_queries(
-                            [q.text for q in batch], max_length=self.max_length
+                        self._thread.run(
+                            self._model.encode_queries,
+                            [q.text for q in batch],
+                            max_length=self.max_length,
                         )
                     )
                 except Exception as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ragkit.embedding import ModelLoadError, resolve_model_path, reuse_trial_batch
+from ragkit.model_thread import ModelThread
 from ragkit.settings import PACKAGED_MINILM
 
 PACKAGED_RERANKER = "packaged:minilm-reranker"
@@ -42,20 +43,24 @@ def ensure_minilm_reranker(models_dir: Path) -> Path:
 
 
 class Reranker:
-    """A loaded cross-encoder. Thread-safe: scores one call at a time."""
+    """A loaded cross-encoder. Thread-safe: scores one call at a time, on its own thread
+    (ragkit/model_thread.py)."""
 
     def __init__(self, name: str, model: Any) -> None:
         self.name = name
         self._model = model
         self._forwards = reuse_trial_batch(model)
         self._lock = threading.Lock()
+        self._thread = ModelThread("reranker")
 
     def score(self, query: str, passages: list[str]) -> list[float]:
         if not passages:
             return []
         with self._lock:
             try:
-                scores = self._model.compute_score([(query, p) for p in passages], batch_size=16)
+                scores = self._thread.run(
+                    self._model.compute_score, [(query, p) for p in passages], batch_size=16
+                )
             finally:
                 self._forwards.forget()
         if isinstance(scores, float):

@@ -79,6 +79,50 @@ def test_concurrent_queries_are_encoded_together_with_the_same_vectors(
     assert calls < len(questions), f"{calls} encoder calls for {len(questions)} queries"
 
 
+def test_every_encode_runs_on_the_models_own_thread(embedder: Embedder, tmp_path: Path) -> None:
+    """Torch is called from one thread per model, made at load, never from a pool thread that
+    comes and goes (ragkit/model_thread.py says why)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ragkit.rerank import PACKAGED_RERANKER, load_reranker
+
+    reranker = load_reranker(PACKAGED_RERANKER, tmp_path, "cpu")
+    seen: dict[str, set[int]] = {"encode_queries": set(), "encode_corpus": set()}
+    originals = {name: getattr(embedder._model, name) for name in seen}
+    scored: set[int] = set()
+    compute = reranker._model.compute_score
+
+    def recording(name: str) -> object:
+        def call(*args: object, **kwargs: object) -> object:
+            seen[name].add(threading.get_ident())
+            return originals[name](*args, **kwargs)
+
+        return call
+
+    def scoring(*args: object, **kwargs: object) -> object:
+        scored.add(threading.get_ident())
+        return compute(*args, **kwargs)
+
+    for name in seen:
+        setattr(embedder._model, name, recording(name))
+    reranker._model.compute_score = scoring
+    try:
+        for _ in range(3):  # a fresh pool each time, as a worker per test makes
+            with ThreadPoolExecutor(4) as pool:
+                callers = set(pool.map(lambda _: threading.get_ident(), range(4)))
+                list(pool.map(embedder.embed_query, ["a question", "another"]))
+                list(pool.map(embedder.embed_passages, [["a passage"], ["two", "three"]]))
+                list(pool.map(lambda p: reranker.score("q", [p]), ["one", "two"]))
+    finally:
+        for name, original in originals.items():
+            setattr(embedder._model, name, original)
+        reranker._model.compute_score = compute
+    assert len(seen["encode_queries"] | seen["encode_corpus"]) == 1
+    assert len(scored) == 1 and scored != seen["encode_queries"]
+    assert not (seen["encode_queries"] | scored) & callers
+
+
 def test_a_failed_batch_fails_each_query_with_the_encoders_error(embedder: Embedder) -> None:
     import time
     from concurrent.futures import ThreadPoolExecutor

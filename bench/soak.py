@@ -44,6 +44,8 @@ from bench.load import (  # noqa: E402
     latency_summary,
 )
 from bench.stack import ProcessStack, quiet_runtime, started  # noqa: E402
+from ragkit import disk  # noqa: E402
+from ragkit.settings import Settings  # noqa: E402
 from ragkit.temporal import connect  # noqa: E402
 
 MB = 1024 * 1024
@@ -131,30 +133,9 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
 
 
 # The stores of the embedded stack, under its data folder (ragkit.settings.Settings.data_dir).
-STORES = {
-    "temporal": ["temporal.db", "temporal.db-wal", "temporal.db-shm"],
-    "postgres": ["postgres"],
-    "index": ["index"],
-    "logs": ["logs"],
-}
-
-
-def store_sizes(data_dir: Path) -> dict[str, int]:
-    """Bytes on disk of each store (files and folders; what is missing counts 0)."""
-    sizes: dict[str, int] = {}
-    for store, names in STORES.items():
-        total = 0
-        for name in names:
-            path = data_dir / name
-            files = [path] if path.is_file() else path.rglob("*") if path.is_dir() else []
-            for file in files:
-                try:
-                    if file.is_file() and not file.is_symlink():
-                        total += file.stat().st_size
-                except OSError:  # removed while we walked: a segment merged, a WAL recycled
-                    pass
-        sizes[store] = total
-    return sizes
+def store_sizes(settings: Settings) -> dict[str, int]:
+    """Bytes on disk of each store (ragkit/disk.py: what `durable-rag status` prints)."""
+    return {u.store: u.bytes for u in disk.usage(disk.stores(settings))}
 
 
 def _windows(
@@ -213,7 +194,7 @@ async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakR
     client = await connect(stack.settings, quiet_runtime())
     load = MixedLoad(client, stack.settings, "soak", stack.work / "corpus" / "soak")
     await load.seed()
-    stores_before = await asyncio.to_thread(store_sizes, stack.data_dir)
+    stores_before = await asyncio.to_thread(store_sizes, stack.settings)
     stop = asyncio.Event()
     rss: list[tuple[float, dict[str, int]]] = []
     began = time.monotonic()
@@ -231,7 +212,7 @@ async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakR
     report.p99_drift_by_kind = p99_drift_by_kind(outcomes, began, stopped, window)
     report.rss_samples = [(at - began, sizes) for at, sizes in rss]
     report.stores_before = stores_before
-    report.stores_after = await asyncio.to_thread(store_sizes, stack.data_dir)
+    report.stores_after = await asyncio.to_thread(store_sizes, stack.settings)
     report.requests = len(outcomes)
     report.failed = sum(1 for o in outcomes if o.status == "failed")
     report.degraded = sum(1 for o in outcomes if o.status == "degraded")

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.common import console, fail, load_settings, usage_error
+
+if TYPE_CHECKING:
+    from ragkit.settings import Settings
 
 
 def up(
@@ -72,11 +75,24 @@ def status() -> None:
             else "not started"
         )
         console.print(f"{part.name:22} {state:>20}  pid {part.pid or '-':>7}  {part.detail}")
+    for line in store_lines(stack.settings):
+        console.print(line)
     if all(p.running or not p.required for p in parts):
         for line in [*stack.urls(), *stack.builds()]:
             console.print(line)
     else:
         raise typer.Exit(1)
+
+
+def store_lines(settings: Settings) -> list[str]:
+    """What each store holds on disk, and the room left on the disk under it."""
+    from ragkit import disk
+
+    return [
+        f"store {u.store:16} {disk.human(u.bytes):>12}  on a disk with "
+        f"{disk.human(u.volume_free)} free of {disk.human(u.volume_size)}"
+        for u in disk.usage(disk.stores(settings))
+    ]
 
 
 def worker(

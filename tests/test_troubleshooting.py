@@ -124,13 +124,16 @@ def _words(rest: str) -> list[str]:
 @functools.cache
 def code_metrics() -> frozenset[str]:
     """Families the code defines: the dashboard test's source and pattern."""
+    import ragkit.disk
     import ragkit.gpu
     import ragkit.metrics
 
     return frozenset(
         re.findall(
             r'"(durable_rag_[a-z0-9_]+)"',
-            Path(ragkit.metrics.__file__).read_text() + Path(ragkit.gpu.__file__).read_text(),
+            "".join(
+                Path(m.__file__).read_text() for m in (ragkit.metrics, ragkit.gpu, ragkit.disk)
+            ),
         )
     )
 

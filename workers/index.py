@@ -23,6 +23,7 @@ from durable_rag.client import RagClient
 from ragkit import tracing
 from ragkit.cpus import nice_session
 from ragkit.db import IndexGeneration, make_sessionmaker
+from ragkit.disk import register_store_usage
 from ragkit.embedding import Embedder
 from ragkit.gpu import register_gpu_metrics
 from ragkit.index import VectorIndex
@@ -114,6 +115,7 @@ async def main(settings: Settings) -> None:
     if settings.embedding.device.startswith("cuda"):
         refuse_unless_cuda_works("the embedding model (DURABLE_RAG_EMBEDDING_DEVICE=cuda)")
     register_gpu_metrics()  # reports nothing where there is no NVIDIA driver
+    register_store_usage(settings)  # the DiskFillingUp alert's figures
     embedder = load_embedder_for(settings)
     sessions = make_sessionmaker(settings.postgres.sqlalchemy_url)
     generations = Generations(settings, sessions, embedder.name, embedder.dimension)

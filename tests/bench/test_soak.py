@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bench.load import Outcome
 from bench.soak import MB, SoakReport, _windows, p99_drift_by_kind, slope_per_hour, store_sizes
+from ragkit.settings import Settings
 
 
 def test_a_long_drain_joins_the_last_window_instead_of_making_one() -> None:
@@ -63,10 +64,11 @@ def test_the_rss_slope_is_fitted_over_the_second_half_and_stores_grow_per_1000_r
     (tmp_path / "postgres" / "base" / "1").write_bytes(b"x" * 4 * MB)
     (tmp_path / "temporal.db").write_bytes(b"x" * MB)
     (tmp_path / "temporal.db-wal").write_bytes(b"x" * MB)
-    before = store_sizes(tmp_path)
+    settings = Settings(data_dir=tmp_path, profile="embedded", vector_backend="edge")
+    before = store_sizes(settings)
     assert before == {"temporal": 2 * MB, "postgres": 4 * MB, "index": 0, "logs": 0}
     (tmp_path / "postgres" / "base" / "2").write_bytes(b"x" * 2 * MB)
-    report.stores_before, report.stores_after = before, store_sizes(tmp_path)
+    report.stores_before, report.stores_after = before, store_sizes(settings)
     report.requests = 500
     assert report.store_growth_mb_per_1000() == {
         "temporal": 0.0,

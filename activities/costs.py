@@ -7,13 +7,14 @@ from datetime import timedelta
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, aliased, sessionmaker
 from temporalio import activity
 
 from ragkit.db import (
     AnswerCostRow,
     CachedAnswer,
     Conversation,
+    EvalReportRow,
     ShadowRun,
     Summary,
     TranscriptRow,
@@ -22,7 +23,7 @@ from ragkit.db import (
 from ragkit.metrics import ANSWERS, ENGINE_SECONDS
 from schemas.answer import RecordCostInput, RecordShadowInput
 from schemas.documents import DocumentRef, ForgottenAnswers
-from schemas.maintenance import CompactionInput, PurgeTranscriptsOutput
+from schemas.maintenance import CompactionInput, PurgeExpiredOutput, PurgeTranscriptsOutput
 
 # What a conversation shows in place of a reply built on a document deleted since.
 REDACTED_REPLY = "[removed: this reply drew on a document that has since been deleted]"
@@ -183,3 +184,47 @@ class CostActivities:
                 .returning(TranscriptRow.trace_id)
             ).all()
         return PurgeTranscriptsOutput(removed=len(removed))
+
+    @activity.defn
+    def purge_expired(self, request: CompactionInput) -> PurgeExpiredOutput:
+        """Delete cost rows, shadow runs, cached answers and evaluation reports past their
+        retention, `batch_size` rows per transaction so that a first run over years of rows
+        holds no long lock, heartbeating between batches. The newest report of each case set
+        and tenant stays whatever its age: the evaluation gate compares against it."""
+        later = aliased(EvalReportRow)
+        newer_exists = (
+            select(later.workflow_id)
+            .where(
+                later.set_name == EvalReportRow.set_name,
+                later.tenant == EvalReportRow.tenant,
+                later.created_at > EvalReportRow.created_at,
+            )
+            .exists()
+        )
+        tables = [
+            ("answer_costs", AnswerCostRow.trace_id, AnswerCostRow.created_at,
+             request.cost_retention_days, []),
+            ("shadow_runs", ShadowRun.live_trace_id, ShadowRun.created_at,
+             request.shadow_retention_days, []),
+            ("answer_cache", CachedAnswer.id, CachedAnswer.created_at,
+             request.answer_cache_retention_days, []),
+            ("eval_reports", EvalReportRow.workflow_id, EvalReportRow.created_at,
+             request.eval_report_retention_days, [newer_exists]),
+        ]  # fmt: skip
+        removed: dict[str, int] = {}
+        for name, key, created, days, also in tables:
+            cutoff = func.now() - timedelta(days=days)
+            removed[name] = 0
+            while True:
+                doomed = select(key).where(created < cutoff, *also).limit(request.batch_size)
+                with self.sessions.begin() as session:
+                    batch = len(
+                        session.execute(
+                            delete(key.class_).where(key.in_(doomed)).returning(key)
+                        ).all()
+                    )
+                removed[name] += batch
+                activity.heartbeat(name, removed[name])
+                if batch < request.batch_size:
+                    break
+        return PurgeExpiredOutput(removed=removed)

@@ -325,6 +325,10 @@ class RagClient:
         request = CompactionInput(
             batch_size=batch_size or self.settings.maintenance.compaction_batch_size,
             transcript_retention_days=self.settings.answer.transcript_retention_days,
+            cost_retention_days=self.settings.maintenance.cost_retention_days,
+            shadow_retention_days=self.settings.maintenance.shadow_retention_days,
+            answer_cache_retention_days=self.settings.maintenance.answer_cache_retention_days,
+            eval_report_retention_days=self.settings.maintenance.eval_report_retention_days,
         )
         return await self.client.execute_workflow(
             CompactionWorkflow.run,

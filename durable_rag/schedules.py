@@ -104,6 +104,10 @@ def desired(settings: Settings) -> list[Desired]:
                 CompactionInput(
                     batch_size=settings.maintenance.compaction_batch_size,
                     transcript_retention_days=settings.answer.transcript_retention_days,
+                    cost_retention_days=settings.maintenance.cost_retention_days,
+                    shadow_retention_days=settings.maintenance.shadow_retention_days,
+                    answer_cache_retention_days=settings.maintenance.answer_cache_retention_days,
+                    eval_report_retention_days=settings.maintenance.eval_report_retention_days,
                 ),
                 ids.SCHEDULED_COMPACTION,
                 "scheduled compaction of the index and chunk store",

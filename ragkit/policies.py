@@ -437,6 +437,14 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
             fallback=Fallback.SKIP,
             expected_latency="~10 ms per thousand rows",
         ),
+        "purge_expired": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(minutes=30),
+            heartbeat=timedelta(minutes=1),
+            retry=_retry(attempts=3, maximum=60),
+            fallback=Fallback.SKIP,
+            expected_latency="~10 ms per thousand rows; a heartbeat per batch",
+        ),
         # --- rebuild ------------------------------------------------------------------------------
         "begin_generation": ActivityPolicy(
             queue=Queue.INDEX,

@@ -17,6 +17,12 @@ class CompactionInput(Contract):
     transcript_retention_days: int = Field(
         default=30, ge=1, le=3_650, description="Transcripts older than this are deleted."
     )
+    cost_retention_days: int = Field(default=400, ge=1, le=3_650)
+    shadow_retention_days: int = Field(default=90, ge=1, le=3_650)
+    answer_cache_retention_days: int = Field(default=30, ge=1, le=3_650)
+    eval_report_retention_days: int = Field(
+        default=365, ge=1, le=3_650, description="The newest report of each set is kept."
+    )
 
 
 class PurgeChunksOutput(Contract):
@@ -25,6 +31,10 @@ class PurgeChunksOutput(Contract):
 
 class PurgeTranscriptsOutput(Contract):
     removed: int
+
+
+class PurgeExpiredOutput(Contract):
+    removed: dict[str, int] = Field(description="Rows deleted past their retention, by table.")
 
 
 class SweepIndexOutput(Contract):
@@ -53,6 +63,11 @@ class CompactionReport(Contract):
     live_chunks: int
     counts_match: bool = Field(description="The index holds exactly the live chunks.")
     transcripts_removed: int = Field(default=0, description="Transcripts past their retention.")
+    expired_removed: dict[str, int] = Field(
+        default_factory=dict,
+        description="Cost rows, shadow runs, cached answers and evaluation reports past their "
+        "retention, by table.",
+    )
     degradations: list[str] = Field(default_factory=list)
 
 

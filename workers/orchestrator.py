@@ -142,6 +142,7 @@ def build_worker(
         documents.chunk_stats,
         documents.vacuum_chunks,
         costs.purge_transcripts,
+        costs.purge_expired,
         costs.forget_document_answers,
         evaluation.store_eval_report,
         runs.forget_runs,

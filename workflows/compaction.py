@@ -40,6 +40,7 @@ class CompactionWorkflow:
         )
         degradations: list[str] = []
         transcripts_removed = await self._reclaim(request, degradations)
+        expired = await self._expire(request, degradations)
         points_after = await call(
             VectorIndexActivities.index_stats, request, summary="count the index's points again"
         )
@@ -50,6 +51,7 @@ class CompactionWorkflow:
             workflow_id=workflow.info().workflow_id,
             chunks_removed=chunks_removed,
             transcripts_removed=transcripts_removed,
+            expired_removed=expired,
             points_removed=swept.points_removed,
             points_before=points_before.points,
             points_after=points_after.points,
@@ -114,3 +116,25 @@ class CompactionWorkflow:
             "purging old transcripts failed",
         )
         return purged.removed if purged else 0
+
+    async def _expire(self, request: CompactionInput, degradations: list[str]) -> dict[str, int]:
+        """Rows past their retention (cost rows, shadow runs, cached answers, evaluation
+        reports): space only, so a failure is reported, not fatal."""
+        # Runs recorded before retention existed replay without this step.
+        if not workflow.patched("purge-expired"):
+            return {}
+        purged = await best_effort(
+            call(
+                CostActivities.purge_expired,
+                request,
+                summary=(
+                    f"delete rows past retention: costs {request.cost_retention_days} d, shadow "
+                    f"{request.shadow_retention_days} d, cache {request.answer_cache_retention_days}"
+                    f" d, reports {request.eval_report_retention_days} d"
+                ),
+            ),
+            degradations,
+            "expired_kept",
+            "purging rows past their retention failed",
+        )
+        return purged.removed if purged else {}

@@ -257,6 +257,36 @@ class MaintenanceSettings(BaseModel):
         le=30 * 86_400,
         description="How long the replaced index generation is kept after a rebuild switches.",
     )
+    # Retention: the nightly compaction deletes rows past these ages (transcripts: the answer
+    # group's transcript_retention_days).
+    cost_retention_days: int = Field(
+        default=400,
+        ge=1,
+        le=3_650,
+        description="Answer cost rows (`durable-rag costs`) older than this are deleted: over a "
+        "year, so a year's bills can be compared.",
+    )
+    shadow_retention_days: int = Field(
+        default=90,
+        ge=1,
+        le=3_650,
+        description="Shadow runs (`durable-rag shadow report`) older than this are deleted: a "
+        "candidate's comparison is read within weeks.",
+    )
+    answer_cache_retention_days: int = Field(
+        default=30,
+        ge=1,
+        le=3_650,
+        description="Cached answers (the LLM fallback's) older than this are deleted; any "
+        "ingest or delete already makes older ones unreachable.",
+    )
+    eval_report_retention_days: int = Field(
+        default=365,
+        ge=1,
+        le=3_650,
+        description="Evaluation reports older than this are deleted, except the newest of each "
+        "case set, which the gate compares against.",
+    )
 
 
 class SecuritySettings(BaseModel):

@@ -257,3 +257,71 @@ def test_forgetting_a_document_touches_only_the_answers_that_read_it(database: D
     again = activities.forget_document_answers(DocumentRef(tenant="acme", document_id=document))
     assert again.turns_redacted == 0 and set(again.rows_removed.values()) == {0}
     assert again.conversations == []  # nothing newly redacted: no conversation to reload
+
+
+def test_rows_past_their_retention_go_in_batches_and_the_newest_report_of_a_set_stays(
+    database: Database,
+) -> None:
+    from temporalio.testing import ActivityEnvironment
+
+    from ragkit.db import CachedAnswer, EvalReportRow, ShadowRun
+
+    activities = CostActivities(database.sessions)
+    for n in range(25):
+        activities.record_cost(answer_cost(f"answer-{n}", "acme", "small", 0.5))
+    with database.sessions.begin() as session:
+        for n in range(3):
+            session.add(
+                ShadowRun(
+                    live_trace_id=f"answer-{n}", trace_id=f"shadow-{n}", tenant="acme",
+                    model="m", prompt_id="p", retrieval="hybrid", answer="a", cited_chunks=[],
+                    total_ms=1.0, engine_seconds=0.1, route="primary",
+                )
+            )  # fmt: skip
+            session.add(
+                CachedAnswer(
+                    tenant="acme", question_key=f"q{n}", question="q", corpus_version="v",
+                    answer="a", citations=[], model="m", trace_id=f"answer-{n}",
+                )
+            )  # fmt: skip
+        for set_name, age in [("smoke", 500), ("smoke", 400), ("smoke", 10), ("old", 900)]:
+            session.add(
+                EvalReportRow(
+                    workflow_id=f"eval-{set_name}-{age}", set_name=set_name, tenant="acme",
+                    metrics={}, outcomes=[],
+                )
+            )  # fmt: skip
+    # 22 cost rows, 2 shadow runs and 1 cached answer past their retention.
+    database.execute(
+        "UPDATE answer_costs SET created_at = now() - interval '401 days' "
+        "WHERE trace_id NOT IN ('answer-0', 'answer-1', 'answer-2')"
+    )
+    database.execute(
+        "UPDATE shadow_runs SET created_at = now() - interval '91 days' WHERE trace_id <> 'shadow-0'"
+    )
+    database.execute(
+        "UPDATE answer_cache SET created_at = now() - interval '31 days' WHERE question_key = 'q0'"
+    )
+    database.execute(
+        "UPDATE eval_reports SET created_at = now() - make_interval(days => "
+        "split_part(workflow_id, '-', 3)::int)"
+    )
+    heartbeats: list[object] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: heartbeats.append(details)
+    purged = env.run(activities.purge_expired, CompactionInput(batch_size=10))
+    assert purged.removed == {
+        "answer_costs": 22,
+        "shadow_runs": 2,
+        "answer_cache": 1,
+        # smoke at 500 and 400 days go; smoke's newest and old's only report stay.
+        "eval_reports": 2,
+    }
+    assert ("answer_costs", 10) in heartbeats and ("answer_costs", 22) in heartbeats
+    assert database.scalar("SELECT count(*) FROM answer_costs") == 3
+    assert database.rows("SELECT workflow_id FROM eval_reports ORDER BY workflow_id") == [
+        ("eval-old-900",),
+        ("eval-smoke-10",),
+    ]
+    again = env.run(activities.purge_expired, CompactionInput(batch_size=10))
+    assert set(again.removed.values()) == {0}

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from activities.costs import CostActivities
 from durable_rag import schedules
 from ragkit.index import IndexPoint
 from schemas.maintenance import CompactionReport
+from tests.activities.test_costs import answer_cost
 from tests.conftest import Stack, copy_documents
 from tests.workflows.test_ingest import assert_index_matches_postgres, save_history
 
@@ -56,7 +58,17 @@ async def test_compaction_removes_every_dead_row_and_point_and_the_counts_match(
         ]
     )
 
+    # A cost row past its retention goes with the rest.
+    CostActivities(db.sessions).record_cost(answer_cost("answer-old", "t", "m", 1.0))
+    db.execute("UPDATE answer_costs SET created_at = now() - interval '401 days'")
+
     report = await rag.compact(batch_size=10)  # small batches: the loop runs several times
+    assert report.expired_removed == {
+        "answer_costs": 1,
+        "shadow_runs": 0,
+        "answer_cache": 0,
+        "eval_reports": 0,
+    }
     assert report.chunks_removed == doc_chunks + stale_rows
     assert report.points_removed == doc_chunks + 1
     assert report.counts_match and report.points_after == report.live_chunks
@@ -68,6 +80,7 @@ async def test_compaction_removes_every_dead_row_and_point_and_the_counts_match(
 
     again = await rag.compact()
     assert (again.chunks_removed, again.points_removed) == (0, 0) and again.counts_match
+    assert set(again.expired_removed.values()) == {0}
 
 
 async def test_compaction_while_ingesting_and_searching_loses_nothing(

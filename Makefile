@@ -107,10 +107,11 @@ images:
 faults: venv
 	$(BIN)/python bench/faults.py
 
-# A 10-minute soak (DURATION=1800 for 30 minutes); CI runs a 60-second smoke.
+# A 10-minute soak (DURATION=1800 for 30 minutes; FAULT=postgres_restart injects one of
+# bench/faults.py half-way); CI runs a 60-second smoke.
 DURATION ?= 600
 soak: venv
-	$(BIN)/python bench/soak.py --duration $(DURATION)
+	$(BIN)/python bench/soak.py --duration $(DURATION) $(if $(FAULT),--fault $(FAULT))
 
 eval: venv
 	$(BIN)/durable-rag eval answers-gate --gate

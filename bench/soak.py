@@ -77,6 +77,7 @@ class SoakReport:
     # kinds counts under both), and one message of each kind: why it fell back.
     degradations: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
+    fault: str = ""  # "<name> at <seconds>s", or none
     # Per kind of request: P99 of those started in the last window over those started in the
     # first (1.0: no drift); a kind with no request started in either is left out.
     p99_drift_by_kind: dict[str, float] = field(default_factory=dict)
@@ -190,7 +191,27 @@ def p99_drift_by_kind(
     return drift
 
 
-async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakReport:
+async def strike(stack: ProcessStack, name: str, after: float, outage: float) -> None:
+    """Inject the fault `name` (bench/faults.py) `after` seconds in; an outage heals `outage`
+    seconds later, a restart at once."""
+    from bench.faults import FAULTS
+
+    fault = FAULTS[name]
+    await asyncio.sleep(after)
+    print(f"fault at {after:.0f}s: {fault.what}", flush=True)
+    await asyncio.to_thread(fault.inject, stack)
+    if fault.outage:
+        await asyncio.sleep(outage)
+    await asyncio.to_thread(fault.heal, stack)
+
+
+async def run_soak(
+    stack: ProcessStack,
+    duration: float,
+    window: float,
+    fault: str = "",
+    fault_at: float = 0.5,
+) -> SoakReport:
     client = await connect(stack.settings, quiet_runtime())
     load = MixedLoad(client, stack.settings, "soak", stack.work / "corpus" / "soak")
     await load.seed()
@@ -199,15 +220,23 @@ async def run_soak(stack: ProcessStack, duration: float, window: float) -> SoakR
     rss: list[tuple[float, dict[str, int]]] = []
     began = time.monotonic()
     running = asyncio.create_task(load.run(stop))
+    striking = (
+        asyncio.create_task(strike(stack, fault, fault_at * duration, window / 2))
+        if fault
+        else None
+    )
     while time.monotonic() - began < duration:
         rss.append((time.monotonic(), await asyncio.to_thread(stack.rss)))
         await asyncio.sleep(min(5.0, window / 3))
     stop.set()
     stopped = time.monotonic()
     await running
+    if striking is not None:
+        await striking
     rss.append((time.monotonic(), await asyncio.to_thread(stack.rss)))
     outcomes = load.ledger.outcomes
     report = SoakReport(duration_s=duration, window_s=window)
+    report.fault = f"{fault} at {fault_at * duration:.0f}s" if fault else ""
     report.windows = _windows(outcomes, began, stopped, window, rss)
     report.p99_drift_by_kind = p99_drift_by_kind(outcomes, began, stopped, window)
     report.rss_samples = [(at - began, sizes) for at, sizes in rss]
@@ -241,6 +270,7 @@ def format_report(report: SoakReport) -> str:
         f"\n{report.requests} requests ({', '.join(f'{k} {v}' for k, v in report.by_kind.items())})"
         f", {report.failed} failed, {report.degraded} degraded"
     )
+    lines.append(f"fault: {report.fault or 'none'}")
     lines.append(f"degraded by kind: {format_kinds(report.degradations)}")
     lines += [f"    {kind}, e.g. {why}" for kind, why in report.examples.items()]
     by_kind = ", ".join(f"{k} x{d:.2f}" for k, d in report.p99_drift_by_kind.items())
@@ -277,10 +307,12 @@ def to_json(report: SoakReport) -> dict[str, object]:
     }
 
 
-async def main_async(duration: float, window: float, json_path: Path | None) -> int:
+async def main_async(
+    duration: float, window: float, json_path: Path | None, fault: str = "", fault_at: float = 0.5
+) -> int:
     stack = await started("soak")
     try:
-        report = await run_soak(stack, duration, window)
+        report = await run_soak(stack, duration, window, fault, fault_at)
     finally:
         await asyncio.to_thread(stack.close)
     print(f"\nSoak: {duration:.0f} s of mixed load, windows of {window:.0f} s, "
@@ -296,11 +328,24 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
     parser.add_argument("--window", type=float, default=0.0, help="seconds; default duration/10")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--fault", default="", help="a fault of bench/faults.py to inject once (default none)"
+    )
+    parser.add_argument(
+        "--fault-at", type=float, default=0.5, help="when, as a share of --duration (0.5)"
+    )
     args = parser.parse_args()
     if args.duration < 10:
         parser.error("--duration must be at least 10 seconds")
+    if args.fault:
+        from bench.faults import FAULTS
+
+        if args.fault not in FAULTS:
+            parser.error(f"--fault: no fault {args.fault!r}; known: {', '.join(sorted(FAULTS))}")
+    if not 0 < args.fault_at < 1:
+        parser.error("--fault-at must be between 0 and 1")
     window = args.window or max(5.0, args.duration / 10)
-    sys.exit(asyncio.run(main_async(args.duration, window, args.json)))
+    sys.exit(asyncio.run(main_async(args.duration, window, args.json, args.fault, args.fault_at)))
 
 
 if __name__ == "__main__":

@@ -76,3 +76,22 @@ def test_the_rss_slope_is_fitted_over_the_second_half_and_stores_grow_per_1000_r
         "index": 0.0,
         "logs": 0.0,
     }
+
+
+def test_an_unknown_fault_is_refused_before_anything_starts() -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    for args, said in [
+        (["--fault", "meteor"], "--fault: no fault 'meteor'; known: "),
+        (["--fault", "postgres_restart", "--fault-at", "1.5"], "--fault-at must be between"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, str(root / "bench" / "soak.py"), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+        assert said in done.stderr

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
 from temporalio.service import RPCError
 
 from durable_rag.client import RagClient
@@ -37,7 +38,11 @@ async def readyz(
 async def metrics(request: Request) -> Response:
     # Prometheus asks for OpenMetrics, which carries the exemplars; others get plain text.
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-    return Response(encoder(REGISTRY), media_type=content_type)
+    # Off the event loop: the process collector reads /proc, and a scrape held every request in
+    # flight for 10-13 ms on a 2-CPU machine. The collectors read plain values (the backlog
+    # gauges a dict's get), which a thread may do while the loop serves.
+    body = await run_in_threadpool(encoder, REGISTRY)
+    return Response(body, media_type=content_type)
 
 
 async def readiness(

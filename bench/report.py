@@ -316,18 +316,26 @@ def soak_section(soak: dict[str, Any]) -> str:
     ]
     drift = ", ".join(f"{p} {d:+.0f} MB" for p, d in soak["rss_drift_mb"].items())
     kinds = ", ".join(f"{k} {v}" for k, v in soak.get("by_kind", {}).items())
-    return (
+    lines = [
         table(windows) + f"\n{soak['requests']} requests ({kinds}), {soak['failed']} failed, "
         f"{soak['degraded']} degraded. Drift, first window to last: P99 x"
         f"{soak['p99_drift']:.2f}; RSS {drift}.\n"
-        + (
+    ]
+    if soak.get("fault"):
+        lines.append(f"Fault: {soak['fault']}.\n")
+    if soak.get("degradations"):
+        lines.append(
             "Degraded by fallback: "
             + "; ".join(f"{why} ({n})" for why, n in sorted(soak["degradations"].items()))
             + ".\n"
-            if soak.get("degradations")
-            else ""
         )
-    )
+    if soak.get("rss_slope_mb_per_hour"):
+        slopes = ", ".join(f"{p} {v:+.0f}" for p, v in soak["rss_slope_mb_per_hour"].items())
+        lines.append(f"RSS slope over the second half (MB per hour, least squares): {slopes}.\n")
+    if soak.get("store_growth_mb_per_1000"):
+        growth = ", ".join(f"{s} {v:+.1f} MB" for s, v in soak["store_growth_mb_per_1000"].items())
+        lines.append(f"Disk growth per 1,000 requests: {growth}.\n")
+    return "".join(lines)
 
 
 def render(results: dict[str, dict[str, Any]], recorded: dict[str, dict[str, Any]],

@@ -159,7 +159,16 @@ def test_the_serving_figures_are_summarized_against_their_targets() -> None:
 
 
 def test_render_has_the_machine_every_section_and_the_recorded_runs() -> None:
-    recorded = {"soak-30min": {**RESULTS["soak"], "title": "soak, 30 minutes", "note": "once"}}
+    recorded = {
+        "soak-30min": {**RESULTS["soak"], "title": "soak, 30 minutes", "note": "once"},
+        "soak-long": {
+            **RESULTS["soak"],
+            "title": "soak, with a fault",
+            "fault": "postgres_restart at 1890s",
+            "rss_slope_mb_per_hour": {"worker-llm": 709.4, "temporal": -3.2},
+            "store_growth_mb_per_1000": {"temporal": 34.71, "index": 0.12},
+        },
+    }
     text = render(RESULTS, recorded, machine(), "2026-12-01 00:00 UTC")
     assert "**Machine:**" in text and "CPUs" in text
     for heading in ("## Summary", "## Ingest", "## Answer", "## Task dispatch", "## Forgetting",
@@ -169,6 +178,9 @@ def test_render_has_the_machine_every_section_and_the_recorded_runs() -> None:
     assert "Did not finish: `exit 1: boom`" in text  # a failed benchmark says so, never vanishes
     assert "| ingest throughput (chunks/s) | 20.0 | 18.2 | 0.91 | ratio >= 0.85 | yes |" in text
     assert "P99 x1.10" in text and "temporal +4 MB" in text
+    assert "Fault: postgres_restart at 1890s." in text
+    assert "(MB per hour, least squares): worker-llm +709, temporal -3." in text
+    assert "Disk growth per 1,000 requests: temporal +34.7 MB, index +0.1 MB." in text
     assert "| answer (client) | generate dispatch | 100 | 4.00 | 9.00 |" in text  # the hops
     assert "- serve-c1-0: HTTP 429" in text
     assert "How to read: the rows." in text and "| answer | 0 100 |" in text

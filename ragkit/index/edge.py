@@ -1,4 +1,5 @@
-"""In-process Qdrant Edge adapter (embedded profile): real HNSW, payload filters, a WAL on disk.
+"""In-process Qdrant Edge adapter (embedded profile): real HNSW, payload filters, every write
+flushed before it returns, and no WAL (a shard created before 2026-12-07 keeps its own).
 
 Qdrant Edge runs no optimizer of its own, and its `optimize()` holds Python's global lock for
 the whole build (a minute at 100k points), so this adapter never calls it in the serving
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 
 CURRENT = "CURRENT"
 _INDEXING_THRESHOLD_KB = 1
+# A segment is rewritten (vacuumed) when over this share of its points are deleted: any.
+_VACUUM_DELETED_SHARE = 1e-9
 # Between two warming searches: a query holds Python's lock while it runs, and back to back they
 # kept a live search waiting for the interpreter's 5 ms switch interval each time.
 WARM_PAUSE_SECONDS = 0.001
@@ -129,10 +132,15 @@ class EdgeIndex:
             m=hnsw_m, ef_construct=hnsw_ef_construct, full_scan_threshold=10_000
         )
         # Every segment a build sees is indexed, however small: a build is due only once
-        # `optimize_after` points arrived (Qdrant's default skips segments under 10 MB). Kept
-        # in the shard's config: a shard from before keeps its own.
+        # `optimize_after` points arrived (Qdrant's default skips segments under 10 MB). And
+        # every segment holding a deleted point is rewritten without it (Qdrant's default waits
+        # for a fifth of a segment of at least 1,000 points): a deleted chunk's text leaves the
+        # files at the next build. Kept in the shard's config: a shard from before keeps its own.
         optimizers = qe.EdgeOptimizersConfig(
-            default_segment_number=segments or None, indexing_threshold=_INDEXING_THRESHOLD_KB
+            default_segment_number=segments or None,
+            indexing_threshold=_INDEXING_THRESHOLD_KB,
+            deleted_threshold=_VACUUM_DELETED_SHARE,
+            vacuum_min_vector_number=1,
         )
         self._opener = _take_opener_lock(path, open_wait)
         try:
@@ -171,6 +179,10 @@ class EdgeIndex:
                     },
                     hnsw_config=hnsw,
                     optimizers=optimizers,
+                    # Every write is flushed before it returns (`_apply`), so a WAL adds no
+                    # durability here; it only kept each point's payload, deleted text
+                    # included, in `wal/` until the log wrapped.
+                    wal_enabled=False,
                 )
                 self.keyword = True
                 self._shard = qe.EdgeShard.create(str(self._dir), config)

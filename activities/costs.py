@@ -4,6 +4,7 @@ those rows are ragkit/store/costs.py."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -190,7 +191,11 @@ class CostActivities:
         """Delete cost rows, shadow runs, cached answers and evaluation reports past their
         retention, `batch_size` rows per transaction so that a first run over years of rows
         holds no long lock, heartbeating between batches. The newest report of each case set
-        and tenant stays whatever its age: the evaluation gate compares against it."""
+        and tenant stays whatever its age: the evaluation gate compares against it. So does the
+        cost row of a conversation reply still stored."""
+        # A conversation reply keeps its cost row as long as the reply is stored: forgetting a
+        # deleted document finds the replies built on it through `read_documents`.
+        reply_kept = select(Turn.id).where(Turn.trace_id == AnswerCostRow.trace_id).exists()
         later = aliased(EvalReportRow)
         newer_exists = (
             select(later.workflow_id)
@@ -201,9 +206,9 @@ class CostActivities:
             )
             .exists()
         )
-        tables = [
+        tables: list[tuple[str, Any, Any, int, list[Any]]] = [
             ("answer_costs", AnswerCostRow.trace_id, AnswerCostRow.created_at,
-             request.cost_retention_days, []),
+             request.cost_retention_days, [~reply_kept]),
             ("shadow_runs", ShadowRun.live_trace_id, ShadowRun.created_at,
              request.shadow_retention_days, []),
             ("answer_cache", CachedAnswer.id, CachedAnswer.created_at,

@@ -264,7 +264,8 @@ class MaintenanceSettings(BaseModel):
         ge=1,
         le=3_650,
         description="Answer cost rows (`durable-rag costs`) older than this are deleted: over a "
-        "year, so a year's bills can be compared.",
+        "year, so a year's bills can be compared. A conversation reply's stays as long as the "
+        "reply.",
     )
     shadow_retention_days: int = Field(
         default=90,

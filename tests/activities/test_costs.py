@@ -291,7 +291,16 @@ def test_rows_past_their_retention_go_in_batches_and_the_newest_report_of_a_set_
                     metrics={}, outcomes=[],
                 )
             )  # fmt: skip
-    # 22 cost rows, 2 shadow runs and 1 cached answer past their retention.
+        # A conversation reply: its cost row stays while the reply does, however old, so that
+        # forgetting a document can still find the reply through it.
+        conversation = ids.conversation_id("acme", "kept")
+        session.add(Conversation(id=conversation, tenant="acme", external_id="kept"))
+        session.flush()
+        session.add(
+            Turn(conversation_id=conversation, ordinal=1, role="assistant", text="a reply",
+                 trace_id="answer-24")
+        )  # fmt: skip
+    # 21 cost rows (answer-24 backs a reply), 2 shadow runs and 1 cached answer past retention.
     database.execute(
         "UPDATE answer_costs SET created_at = now() - interval '401 days' "
         "WHERE trace_id NOT IN ('answer-0', 'answer-1', 'answer-2')"
@@ -311,14 +320,19 @@ def test_rows_past_their_retention_go_in_batches_and_the_newest_report_of_a_set_
     env.on_heartbeat = lambda *details: heartbeats.append(details)
     purged = env.run(activities.purge_expired, CompactionInput(batch_size=10))
     assert purged.removed == {
-        "answer_costs": 22,
+        "answer_costs": 21,
         "shadow_runs": 2,
         "answer_cache": 1,
         # smoke at 500 and 400 days go; smoke's newest and old's only report stay.
         "eval_reports": 2,
     }
-    assert ("answer_costs", 10) in heartbeats and ("answer_costs", 22) in heartbeats
-    assert database.scalar("SELECT count(*) FROM answer_costs") == 3
+    assert ("answer_costs", 10) in heartbeats and ("answer_costs", 21) in heartbeats
+    assert database.rows("SELECT trace_id FROM answer_costs ORDER BY trace_id") == [
+        ("answer-0",),
+        ("answer-1",),
+        ("answer-2",),
+        ("answer-24",),
+    ]
     assert database.rows("SELECT workflow_id FROM eval_reports ORDER BY workflow_id") == [
         ("eval-old-900",),
         ("eval-smoke-10",),

@@ -33,6 +33,3 @@ class ModelThread:
 
     def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         return self._executor.submit(fn, *args, **kwargs).result()
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False)

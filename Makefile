@@ -108,10 +108,12 @@ faults: venv
 	$(BIN)/python bench/faults.py
 
 # A 10-minute soak (DURATION=1800 for 30 minutes; FAULT=postgres_restart injects one of
-# bench/faults.py half-way); CI runs a 60-second smoke.
+# bench/faults.py half-way, FAULT_AT=0.3 earlier; DOCUMENTS=300 keeps the index at 300 documents,
+# each ingest a new version of one); CI runs a 60-second smoke.
 DURATION ?= 600
 soak: venv
-	$(BIN)/python bench/soak.py --duration $(DURATION) $(if $(FAULT),--fault $(FAULT))
+	$(BIN)/python bench/soak.py --duration $(DURATION) $(if $(FAULT),--fault $(FAULT)) \
+		$(if $(FAULT_AT),--fault-at $(FAULT_AT)) $(if $(DOCUMENTS),--documents $(DOCUMENTS))
 
 eval: venv
 	$(BIN)/durable-rag eval answers-gate --gate

@@ -168,7 +168,12 @@ def format_kinds(counts: dict[str, int]) -> str:
 
 class MixedLoad:
     """`answer_loops` clients asking questions, one client ingesting a new document at a time
-    and one holding a conversation, all for one tenant, until `stop` is set."""
+    and one holding a conversation, all for one tenant, until `stop` is set.
+
+    `documents`: 0, every ingest is a new document and the index grows with the load; N, the
+    ingest client cycles through N documents, each ingest a new version of one (it replaces the
+    old version's chunks), so the index holds a steady amount and a growing process is a leak,
+    not data."""
 
     def __init__(
         self,
@@ -179,6 +184,7 @@ class MixedLoad:
         answer_loops: int = 2,
         max_tokens: int = 8,
         pause: float = 0.0,
+        documents: int = 0,
     ) -> None:
         self.rag = RagClient(client, settings)
         self.client = client
@@ -187,6 +193,7 @@ class MixedLoad:
         self.answer_loops = answer_loops
         self.max_tokens = max_tokens
         self.pause = pause
+        self.documents = documents
         self.ledger = Ledger()
         # Answers asked and not yet answered: trace id -> when (monotonic), for a fault that
         # must strike while one is in a given step (bench/faults.py).
@@ -265,7 +272,8 @@ class MixedLoad:
 
     async def ingest(self, n: int) -> Outcome:
         number = next(self._documents)
-        path = self.corpus / "load" / f"note-{number:05d}.md"
+        slot = number % self.documents if self.documents else number
+        path = self.corpus / "load" / f"note-{slot:05d}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(
             f"# Field note {number}\n\n"

@@ -323,6 +323,11 @@ def soak_section(soak: dict[str, Any]) -> str:
     ]
     if soak.get("fault"):
         lines.append(f"Fault: {soak['fault']}.\n")
+    if soak.get("documents"):
+        lines.append(
+            f"Ingests: new versions of {soak['documents']} documents in turn (the index holds a "
+            "steady amount).\n"
+        )
     if soak.get("degradations"):
         lines.append(
             "Degraded by fallback: "

@@ -78,6 +78,7 @@ class SoakReport:
     degradations: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
     fault: str = ""  # "<name> at <seconds>s", or none
+    documents: int = 0  # the ingest client's documents (bench/load.MixedLoad); 0: all new
     # Per kind of request: P99 of those started in the last window over those started in the
     # first (1.0: no drift); a kind with no request started in either is left out.
     p99_drift_by_kind: dict[str, float] = field(default_factory=dict)
@@ -211,9 +212,12 @@ async def run_soak(
     window: float,
     fault: str = "",
     fault_at: float = 0.5,
+    documents: int = 0,
 ) -> SoakReport:
     client = await connect(stack.settings, quiet_runtime())
-    load = MixedLoad(client, stack.settings, "soak", stack.work / "corpus" / "soak")
+    load = MixedLoad(
+        client, stack.settings, "soak", stack.work / "corpus" / "soak", documents=documents
+    )
     await load.seed()
     stores_before = await asyncio.to_thread(store_sizes, stack.settings)
     stop = asyncio.Event()
@@ -237,6 +241,7 @@ async def run_soak(
     outcomes = load.ledger.outcomes
     report = SoakReport(duration_s=duration, window_s=window)
     report.fault = f"{fault} at {fault_at * duration:.0f}s" if fault else ""
+    report.documents = documents
     report.windows = _windows(outcomes, began, stopped, window, rss)
     report.p99_drift_by_kind = p99_drift_by_kind(outcomes, began, stopped, window)
     report.rss_samples = [(at - began, sizes) for at, sizes in rss]
@@ -271,6 +276,11 @@ def format_report(report: SoakReport) -> str:
         f", {report.failed} failed, {report.degraded} degraded"
     )
     lines.append(f"fault: {report.fault or 'none'}")
+    lines.append(
+        f"ingested: new versions of {report.documents} documents in turn"
+        if report.documents
+        else "ingested: a new document each time"
+    )
     lines.append(f"degraded by kind: {format_kinds(report.degradations)}")
     lines += [f"    {kind}, e.g. {why}" for kind, why in report.examples.items()]
     by_kind = ", ".join(f"{k} x{d:.2f}" for k, d in report.p99_drift_by_kind.items())
@@ -308,11 +318,16 @@ def to_json(report: SoakReport) -> dict[str, object]:
 
 
 async def main_async(
-    duration: float, window: float, json_path: Path | None, fault: str = "", fault_at: float = 0.5
+    duration: float,
+    window: float,
+    json_path: Path | None,
+    fault: str = "",
+    fault_at: float = 0.5,
+    documents: int = 0,
 ) -> int:
     stack = await started("soak")
     try:
-        report = await run_soak(stack, duration, window, fault, fault_at)
+        report = await run_soak(stack, duration, window, fault, fault_at, documents)
     finally:
         await asyncio.to_thread(stack.close)
     print(f"\nSoak: {duration:.0f} s of mixed load, windows of {window:.0f} s, "
@@ -334,7 +349,16 @@ def main() -> None:
     parser.add_argument(
         "--fault-at", type=float, default=0.5, help="when, as a share of --duration (0.5)"
     )
+    parser.add_argument(
+        "--documents",
+        type=int,
+        default=0,
+        help="ingest new versions of this many documents in turn, so the index holds a steady "
+        "amount (default 0: every ingest a new document)",
+    )
     args = parser.parse_args()
+    if args.documents < 0:
+        parser.error("--documents must be 0 or more")
     if args.duration < 10:
         parser.error("--duration must be at least 10 seconds")
     if args.fault:
@@ -345,7 +369,11 @@ def main() -> None:
     if not 0 < args.fault_at < 1:
         parser.error("--fault-at must be between 0 and 1")
     window = args.window or max(5.0, args.duration / 10)
-    sys.exit(asyncio.run(main_async(args.duration, window, args.json, args.fault, args.fault_at)))
+    sys.exit(
+        asyncio.run(
+            main_async(args.duration, window, args.json, args.fault, args.fault_at, args.documents)
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, delete, func, insert, select, text
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -36,7 +36,12 @@ from schemas.ingest import (
     StageBatchInput,
     StageBatchOutput,
 )
-from schemas.maintenance import ChunkStats, CompactionInput, PurgeChunksOutput
+from schemas.maintenance import (
+    ChunkStats,
+    CompactionInput,
+    PurgeChunksOutput,
+    RewriteTablesOutput,
+)
 from schemas.search import (
     HydrateInput,
     HydrateOutput,
@@ -64,6 +69,24 @@ def document_conditions(documents: DocumentFilter) -> list[ColumnElement[bool]]:
     if documents.metadata:
         found.append(Document.meta.contains(dict(documents.metadata)))
     return found
+
+
+# Tables that hold tenant text (documents' text, questions, answers, prompts, feedback): what a
+# compaction rewrites so deleted rows leave the files (rewrite_tables).
+TEXT_TABLES = (
+    "chunks",
+    "documents",
+    "uploads",
+    "answer_cache",
+    "conversations",
+    "turns",
+    "summaries",
+    "transcripts",
+    "answer_costs",
+    "shadow_runs",
+    "eval_reports",
+    "feedback",
+)
 
 
 class _Skips:
@@ -471,6 +494,72 @@ class DocumentActivities:
                 conn.execute(text("VACUUM (ANALYZE) chunks, documents, uploads"))
 
         beating(vacuum)
+
+    @activity.defn
+    def rewrite_tables(self, request: CompactionInput) -> RewriteTablesOutput:
+        """Rewrite (VACUUM FULL) every table that holds tenant text, then the planner's samples
+        of it, then start a new WAL segment and checkpoint so the old ones are removed: a row
+        deleted before this holds no byte in the database's files after it. VACUUM alone only
+        marks the space free; the deleted text stays in the page until something overwrites it."""
+        engine = self.sessions.kw["bind"]
+        if request.rewrite_max_mb == 0:
+            return RewriteTablesOutput(rewritten=[])
+        limit = request.rewrite_max_mb * 1024 * 1024
+        rewritten: list[str] = []
+        skipped: dict[str, str] = {}
+
+        def rewrite(conn: Any, table: str, statement: str) -> None:
+            try:
+                conn.execute(text(statement))
+                rewritten.append(table)
+            except DBAPIError as exc:
+                skipped[table] = str(exc.orig).strip().splitlines()[0]
+
+        def rewrite_all() -> bool:
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                # Behind a long transaction the rewrite's lock would queue every reader too: it
+                # gives up instead, and the next compaction tries again.
+                conn.execute(text("SET lock_timeout = '5s'"))
+                sizes = dict(
+                    conn.execute(
+                        text(
+                            "SELECT relname, pg_total_relation_size(oid) FROM pg_class "
+                            "WHERE relnamespace = current_schema()::regnamespace "
+                            "AND relname = ANY(:names)"
+                        ),
+                        {"names": list(TEXT_TABLES)},
+                    ).all()
+                )
+                for table in TEXT_TABLES:
+                    size = sizes.get(table)
+                    if size is None:
+                        continue
+                    if size > limit:
+                        skipped[table] = (
+                            f"{size / 2**20:.0f} MB, over rewrite_max_mb ({request.rewrite_max_mb})"
+                        )
+                        continue
+                    rewrite(conn, table, f"VACUUM (FULL, ANALYZE) {table}")
+                # ANALYZE keeps sample values of text columns in the catalog: its old rows
+                # (samples of deleted rows) were left dead by the ANALYZE above.
+                rewrite(conn, "pg_statistic", "VACUUM FULL pg_catalog.pg_statistic")
+                if conn.execute(text("SHOW wal_recycle")).scalar() == "on":
+                    skipped["wal"] = (
+                        "wal_recycle is on: a recycled segment keeps old WAL bytes; set "
+                        "wal_recycle=off"
+                    )
+                    return False
+                try:
+                    conn.execute(text("CHECKPOINT"))
+                    conn.execute(text("SELECT pg_switch_wal()"))
+                    conn.execute(text("CHECKPOINT"))
+                except DBAPIError as exc:
+                    skipped["wal"] = str(exc.orig).strip().splitlines()[0]
+                    return False
+                return True
+
+        switched = beating(rewrite_all)
+        return RewriteTablesOutput(rewritten=rewritten, skipped=skipped, wal_switched=switched)
 
     # --- retrieval ------------------------------------------------------------------------------
 

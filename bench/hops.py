@@ -20,6 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from bench.load import pct
+from ragkit.codec import open_in_place
 from workers.common import worker_interceptors, workflow_runner
 from workers.orchestrator import LIVE_WORKFLOWS
 
@@ -142,12 +143,13 @@ async def histories(
     client: Client, calls: list[tuple[str, float, float]], keep: list[WorkflowHistory] | None = None
 ) -> list[Hops]:
     """(workflow id, called at, returned at) -> hops, read after the timed part; the histories
-    themselves go to `keep` when given."""
+    themselves go to `keep` when given, their payloads opened (replayed without a keyring)."""
     found: list[Hops] = []
     for workflow_id, called_at, returned_at in calls:
         history = await client.get_workflow_handle(workflow_id).fetch_history()
         found.append(read_hops(list(history.events), called_at, returned_at))
         if keep is not None:
+            open_in_place(history.events, client.data_converter.payload_codec)
             keep.append(history)
     return found
 

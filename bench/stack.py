@@ -45,6 +45,7 @@ from durable_rag.stack.workers import (
     worker_queue,
 )
 from ragkit import failpoints
+from ragkit.codec import new_key_entry
 from ragkit.llm.models import resolve_generator
 from ragkit.settings import PACKAGED_SMOLLM2, Settings
 
@@ -81,6 +82,8 @@ class ProcessStack:
             "failpoints_file": str(self.work / "failpoints.json"),
             "activity_policies": json.dumps(POLICY_OVERRIDES),
             "metrics_port": 0,
+            # Its own keyring, as `durable-rag up` makes one: payloads are sealed by default.
+            "security_payload_keys": new_key_entry("bench"),
         }
         values.update(overrides)
         # The launcher's DURABLE_RAG_* settings stay out of the parts' environment, except the CPU

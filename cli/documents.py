@@ -157,7 +157,8 @@ def search(
         if not response.passages:
             console.print("no passages found")
         for rank, p in enumerate(response.passages, start=1):
-            location = f"{p.source}:{p.char_start}-{p.char_end}"
+            # The document id is what `delete` takes.
+            location = f"{p.source}:{p.char_start}-{p.char_end}  document {p.document_id}"
             path = cited(p.title, p.heading_path, p.location)
             console.print(
                 f"\n[bold]{rank}. score {p.score:.3f}[/bold]  {escape(path)}\n   {escape(location)}",

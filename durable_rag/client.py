@@ -329,6 +329,7 @@ class RagClient:
             shadow_retention_days=self.settings.maintenance.shadow_retention_days,
             answer_cache_retention_days=self.settings.maintenance.answer_cache_retention_days,
             eval_report_retention_days=self.settings.maintenance.eval_report_retention_days,
+            rewrite_max_mb=self.settings.maintenance.rewrite_max_mb,
         )
         return await self.client.execute_workflow(
             CompactionWorkflow.run,

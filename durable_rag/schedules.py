@@ -108,6 +108,7 @@ def desired(settings: Settings) -> list[Desired]:
                     shadow_retention_days=settings.maintenance.shadow_retention_days,
                     answer_cache_retention_days=settings.maintenance.answer_cache_retention_days,
                     eval_report_retention_days=settings.maintenance.eval_report_retention_days,
+                    rewrite_max_mb=settings.maintenance.rewrite_max_mb,
                 ),
                 ids.SCHEDULED_COMPACTION,
                 "scheduled compaction of the index and chunk store",

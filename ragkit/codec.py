@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +113,16 @@ def payloads_in(message: Message) -> list[Payload]:
             elif isinstance(item, Message):
                 found += payloads_in(item)
     return found
+
+
+def open_in_place(messages: Iterable[Message], codec: PayloadCodec | None) -> None:
+    """Open every sealed payload in these messages (a history's events), where they are: for a
+    replayer or a recording that has no keyring. Other codecs' payloads are left as they are."""
+    if not isinstance(codec, EncryptionCodec):
+        return
+    for message in messages:
+        for payload in payloads_in(message):
+            payload.CopyFrom(codec.open(payload))
 
 
 def keyring_for(settings: Settings) -> Keyring:

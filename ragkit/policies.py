@@ -430,6 +430,14 @@ DECLARED: Mapping[str, ActivityPolicy] = MappingProxyType(
             fallback=Fallback.SKIP,
             expected_latency="seconds per million rows",
         ),
+        "rewrite_tables": ActivityPolicy(
+            queue=Queue.WORKFLOW,
+            start_to_close=timedelta(hours=1),
+            heartbeat=timedelta(minutes=2),
+            retry=_retry(attempts=3, maximum=60),
+            fallback=Fallback.SKIP,
+            expected_latency="seconds per GB rewritten",
+        ),
         "purge_transcripts": ActivityPolicy(
             queue=Queue.WORKFLOW,
             start_to_close=timedelta(minutes=5),

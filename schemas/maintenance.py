@@ -23,6 +23,12 @@ class CompactionInput(Contract):
     eval_report_retention_days: int = Field(
         default=365, ge=1, le=3_650, description="The newest report of each set is kept."
     )
+    rewrite_max_mb: int = Field(
+        default=512,
+        ge=0,
+        le=1_000_000,
+        description="Tables holding tenant text up to this size are rewritten; 0: none.",
+    )
 
 
 class PurgeChunksOutput(Contract):
@@ -31,6 +37,16 @@ class PurgeChunksOutput(Contract):
 
 class PurgeTranscriptsOutput(Contract):
     removed: int
+
+
+class RewriteTablesOutput(Contract):
+    rewritten: list[str] = Field(description="Tables rewritten: no deleted row's bytes left.")
+    skipped: dict[str, str] = Field(
+        default_factory=dict, description="Tables not rewritten, each with the reason."
+    )
+    wal_switched: bool = Field(
+        default=False, description="A new WAL segment, and the ones before it removed."
+    )
 
 
 class PurgeExpiredOutput(Contract):
@@ -67,6 +83,9 @@ class CompactionReport(Contract):
         default_factory=dict,
         description="Cost rows, shadow runs, cached answers and evaluation reports past their "
         "retention, by table.",
+    )
+    rewritten: list[str] = Field(
+        default_factory=list, description="Postgres tables rewritten (rewrite_max_mb)."
     )
     degradations: list[str] = Field(default_factory=list)
 

@@ -9,6 +9,7 @@ If a service cannot start, the fixture fails loudly with the reason: no test is 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import faulthandler
@@ -34,6 +35,12 @@ from xdist.scheduler import LoadScopeScheduling
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Payloads are sealed by default (security_payload_encryption): every client, worker and process a
+# test starts seals with this keyring unless the test gives its own. A fixed key for tests only.
+os.environ.setdefault(
+    "DURABLE_RAG_SECURITY_PAYLOAD_KEYS",
+    "test:" + base64.b64encode(b"durable-rag test payload key 32b").decode(),
+)
 
 from durable_rag.stack.postgres import EmbeddedPostgres, migrate
 from durable_rag.stack.process import free_port

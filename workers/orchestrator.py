@@ -141,6 +141,7 @@ def build_worker(
         documents.purge_dead_chunks,
         documents.chunk_stats,
         documents.vacuum_chunks,
+        documents.rewrite_tables,
         costs.purge_transcripts,
         costs.purge_expired,
         costs.forget_document_answers,

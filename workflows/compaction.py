@@ -1,7 +1,8 @@
 """CompactionWorkflow: remove what deletes and new versions left behind (R18).
 
   count (index points, Postgres chunks) -> delete dead chunk rows in batches -> delete index
-  points that no live chunk backs -> optimize the index -> VACUUM the tables -> count again.
+  points that no live chunk backs -> optimize the index -> VACUUM the tables -> delete rows past
+  their retention -> rewrite the tables holding tenant text, new WAL segment -> count again.
 
 Dead rows and points are invisible to readers already (every read joins the active version), so
 compaction only reclaims space; it is safe while ingests and queries run (a version being staged
@@ -19,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.documents import DocumentActivities
     from activities.vector_index import VectorIndexActivities
     from schemas.maintenance import CompactionInput, CompactionReport
-    from workflows.calls import best_effort, call
+    from workflows.calls import best_effort, call, degrade
 
 
 @workflow.defn
@@ -41,6 +42,7 @@ class CompactionWorkflow:
         degradations: list[str] = []
         transcripts_removed = await self._reclaim(request, degradations)
         expired = await self._expire(request, degradations)
+        rewritten = await self._rewrite(request, degradations)
         points_after = await call(
             VectorIndexActivities.index_stats, request, summary="count the index's points again"
         )
@@ -52,6 +54,7 @@ class CompactionWorkflow:
             chunks_removed=chunks_removed,
             transcripts_removed=transcripts_removed,
             expired_removed=expired,
+            rewritten=rewritten,
             points_removed=swept.points_removed,
             points_before=points_before.points,
             points_after=points_after.points,
@@ -138,3 +141,32 @@ class CompactionWorkflow:
             "purging rows past their retention failed",
         )
         return purged.removed if purged else {}
+
+    async def _rewrite(self, request: CompactionInput, degradations: list[str]) -> list[str]:
+        """Last, after every delete: rewrite the tables holding tenant text, so what was deleted
+        leaves Postgres's files too (README, Security -> Deletion). Space and privacy, not
+        correctness: a table skipped or a failure is reported, and the next run tries again."""
+        # Runs recorded before the rewrite existed replay without this step.
+        if not workflow.patched("rewrite-tables"):
+            return []
+        done = await best_effort(
+            call(
+                DocumentActivities.rewrite_tables,
+                request,
+                summary=f"rewrite the tables holding tenant text (up to {request.rewrite_max_mb} MB"
+                " each) and start a new WAL segment",
+            ),
+            degradations,
+            "rewrite_skipped",
+            "rewriting the tables failed",
+        )
+        if done is None:
+            return []
+        if done.skipped:
+            degrade(
+                degradations,
+                "rewrite_skipped",
+                "tables not rewritten: "
+                + "; ".join(f"{table}: {why}" for table, why in sorted(done.skipped.items())),
+            )
+        return done.rewritten

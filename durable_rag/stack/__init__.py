@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -102,6 +103,9 @@ class EmbeddedStack:
         to the viewer where `up --tracing` turned it on."""
         env = dict(os.environ)
         env["DURABLE_RAG_DATA_DIR"] = str(self.data_dir)
+        admin = self.admin_key()
+        if admin is not None and self.settings.security.admin_key is None:
+            env["DURABLE_RAG_SECURITY_ADMIN_KEY"] = admin
         if self.tracing_path.exists():
             traced = json.loads(self.tracing_path.read_text())
             env["DURABLE_RAG_TRACING_ENABLED"] = "true"
@@ -110,22 +114,39 @@ class EmbeddedStack:
             env["DURABLE_RAG_TRACING_VIEWER_URL"] = traced["viewer_url"]
         return env
 
+    def admin_key(self) -> str | None:
+        """security_admin_key, else the one `up` made under the data dir (if it did)."""
+        given = self.settings.security.admin_key
+        if given is not None:
+            return given.get_secret_value()
+        path = self.settings.admin_key_path
+        return path.read_text().strip() if path.exists() else None
+
     def ui_codec_endpoint(self) -> str | None:
         """With payload encryption and an admin key, the UI decodes through the gateway, by the
         path token derived from the key (the UI sends no header)."""
-        security = self.settings.security
-        if not security.payload_encryption or security.admin_key is None:
+        admin = self.admin_key()
+        if not self.settings.security.payload_encryption or admin is None:
             return None
-        token = ui_token(security.admin_key.get_secret_value())
-        return f"http://127.0.0.1:{self.settings.gateway.port}/codec/{token}"
+        return f"http://127.0.0.1:{self.settings.gateway.port}/codec/{ui_token(admin)}"
 
-    def ensure_keyring(self, echo: Callable[[str], object]) -> None:
-        """Encryption on and no keyring yet: make the keyring file (mode 0600, one key)."""
+    def ensure_secrets(self, echo: Callable[[str], object]) -> None:
+        """Encryption on: make the keyring file (one key) and, where no admin key is set, the
+        admin key the local UI decodes with; each mode 0600, each once."""
         security = self.settings.security
+        if not security.payload_encryption:
+            return
         path = self.settings.payload_keys_path
-        if security.payload_encryption and security.payload_keys is None and not path.exists():
+        if security.payload_keys is None and not path.exists():
             rotate(path)
             echo(f"created    payload keyring  {path} (keep it: it opens every run)")
+        admin = self.settings.admin_key_path
+        if security.admin_key is None and not admin.exists():
+            admin.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(admin, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(32) + "\n")
+            echo(f"created    admin key        {admin} (opens the codec endpoint; the UI uses it)")
 
     def queue_for(self, kind: str) -> str:
         return worker_queue(self.settings, kind)
@@ -152,6 +173,9 @@ class EmbeddedStack:
         # workflows of what was admitted take them (bench/burst.py).
         nice = backend_nice(self.settings, serving)
         self.temporal.nice = self.postgres.nice = nice
+        # Before the UI starts: it decodes payloads through the gateway with the admin key.
+        self.ensure_secrets(echo)
+        self.temporal.ui_codec_endpoint = self.ui_codec_endpoint()
         started = self.temporal.start()
         echo(f"{'started' if started else 'running'}  Temporal dev server  {self.temporal.address}")
         started = self.postgres.start()
@@ -161,7 +185,6 @@ class EmbeddedStack:
         self.postgres.ensure_database(self.settings.postgres.database)
         migrate(self.settings.postgres.sqlalchemy_url)
         echo("migrated Postgres schema (alembic upgrade head)")
-        self.ensure_keyring(echo)
         if tracing:
             started = self.viewer.start(echo=echo)
             echo(

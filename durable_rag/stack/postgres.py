@@ -33,7 +33,9 @@ class EmbeddedPostgres:
         self.pgdata = pgdata.resolve()
         self.port = port
         # Server settings (`name=value`) on the command line; the test suite turns fsync off.
-        self.settings = tuple(settings)
+        # wal_recycle off: a recycled WAL segment keeps the bytes of the WAL it held, deleted
+        # rows' text included; compaction's new segment then leaves none behind (rewrite_tables).
+        self.settings = ("wal_recycle=off", *settings)
         # Where it runs: the serving CPUs beside a CPU engine (ragkit/cpus.py). The postmaster
         # inherits it from pg_ctl, and every backend from the postmaster.
         self.cpus = cpus

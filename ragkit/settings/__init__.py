@@ -220,6 +220,11 @@ class Settings(BaseSettings):
         return self.security.payload_keys_file or self.data_dir / "secrets" / "payload-keys"
 
     @property
+    def admin_key_path(self) -> Path:
+        """Where `durable-rag up` keeps the embedded stack's admin key (security_admin_key)."""
+        return self.data_dir / "secrets" / "admin-key"
+
+    @property
     def codec_origins(self) -> list[str]:
         given = [o.strip() for o in self.security.codec_cors_origins.split(",") if o.strip()]
         return given or [self.temporal.ui_url.rstrip("/")]

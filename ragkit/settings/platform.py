@@ -288,6 +288,16 @@ class MaintenanceSettings(BaseModel):
         description="Evaluation reports older than this are deleted, except the newest of each "
         "case set, which the gate compares against.",
     )
+    rewrite_max_mb: int = Field(
+        default=512,
+        ge=0,
+        le=1_000_000,
+        description="Compaction rewrites (VACUUM FULL) each Postgres table that holds tenant "
+        "text up to this size, then moves Postgres to a new WAL segment, so the bytes of deleted "
+        "rows leave the database's files within one compaction. A larger table is skipped and "
+        "reported (its rewrite locks it for the whole copy); its deleted rows' bytes stay until "
+        "their pages are reused. 0: no rewrite.",
+    )
 
 
 class SecuritySettings(BaseModel):
@@ -297,11 +307,13 @@ class SecuritySettings(BaseModel):
     model_config = group_config("security_")
 
     payload_encryption: bool = Field(
-        default=False,
+        default=True,
         description="Seal every Temporal payload (inputs, results, signals, local activity "
         "results: questions, passages, answers, turns) with AES-256-GCM in each process, so the "
-        "Temporal server and its database hold only ciphertext. Every client and worker of a "
-        "deployment must agree. The production compose turns it on.",
+        "Temporal server and its database hold only ciphertext: a deleted document's text is "
+        "never in Temporal's files. Every client and worker of a deployment must agree. On by "
+        "default, in the embedded stack too; off only to read payloads in a UI without the codec "
+        "endpoint.",
     )
     payload_keys: SecretStr | None = Field(
         default=None,
@@ -318,7 +330,9 @@ class SecuritySettings(BaseModel):
         default=None,
         description="Opens the gateway's codec endpoint (/codec/decode, Temporal's codec server "
         "protocol) to operators: `Authorization: Bearer <key>`, or the UI path token derived "
-        "from it. Unset, the endpoint is off.",
+        "from it. Unset, the endpoint is off, except in the embedded stack: `durable-rag up` "
+        "makes one at <data_dir>/secrets/admin-key and gives it to the gateway it starts, so "
+        "the local Temporal UI decodes.",
     )
     codec_cors_origins: str = Field(
         default="",

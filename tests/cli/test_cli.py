@@ -82,6 +82,7 @@ def test_rotating_the_payload_key_appends_to_the_keyring_and_refuses_what_it_can
     from ragkit.codec import Keyring
 
     path = tmp_path / "secrets" / "payload-keys"
+    monkeypatch.delenv("DURABLE_RAG_SECURITY_PAYLOAD_KEYS")  # the tests' keyring (conftest.py)
     monkeypatch.setenv("DURABLE_RAG_SECURITY_PAYLOAD_KEYS_FILE", str(path))
     for expected in ("k1", "k2"):
         result = runner.invoke(app, ["keys", "rotate-payload-key"])

@@ -15,6 +15,7 @@ import pytest
 from temporalio.client import Client
 
 from ragkit import ids, parsing
+from ragkit.codec import open_in_place
 from ragkit.ids import ingest_workflow_id
 from tests.conftest import CORPUS, Database, Stack, copy_documents, running_stack
 
@@ -76,10 +77,11 @@ async def save_history(
     client: Client, workflow_id: str, name: str, run_id: str | None = None
 ) -> None:
     """With DURABLE_RAG_RECORD_HISTORIES=1, keep the history (of the latest run, or `run_id`)
-    for the replay test."""
+    for the replay test, its payloads opened: a recording replays without the tests' keyring."""
     if os.environ.get("DURABLE_RAG_RECORD_HISTORIES") != "1":
         return
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    open_in_place(history.events, client.data_converter.payload_codec)
     HISTORIES.mkdir(exist_ok=True)
     # The workflow id too: a flow that names children after itself replays only under its own id.
     recorded = {"workflowId": workflow_id, **json.loads(history.to_json())}

@@ -183,7 +183,7 @@ class Turn(Base):
     citations: Mapped[list[dict[str, object]]] = mapped_column(JSONB, default=list)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    trace_id: Mapped[str] = mapped_column(String(256), default="")
+    trace_id: Mapped[str] = mapped_column(String(256), default="", index=True)
     model: Mapped[str] = mapped_column(String(128), default="")
     degradations: Mapped[list[str]] = mapped_column(JSONB, default=list)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -337,6 +337,12 @@ def soak_section(soak: dict[str, Any]) -> str:
     if soak.get("rss_slope_mb_per_hour"):
         slopes = ", ".join(f"{p} {v:+.0f}" for p, v in soak["rss_slope_mb_per_hour"].items())
         lines.append(f"RSS slope over the second half (MB per hour, least squares): {slopes}.\n")
+    if soak.get("pss_slope_mb_per_hour"):
+        slopes = ", ".join(f"{p} {v:+.0f}" for p, v in soak["pss_slope_mb_per_hour"].items())
+        lines.append(
+            f"PSS slope over the second half (MB per hour; a page shared by processes counted "
+            f"once): {slopes}.\n"
+        )
     if soak.get("store_growth_mb_per_1000"):
         growth = ", ".join(f"{s} {v:+.1f} MB" for s, v in soak["store_growth_mb_per_1000"].items())
         lines.append(f"Disk growth per 1,000 requests: {growth}.\n")

@@ -84,6 +84,8 @@ class SoakReport:
     p99_drift_by_kind: dict[str, float] = field(default_factory=dict)
     # Each part's RSS over the run: (seconds from the load's start, bytes per part).
     rss_samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    # The same for PSS (a shared page counts 1/n in each of its n processes): what a part holds.
+    pss_samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     # Each store's size on disk (bytes) once the seed is in, and at the end.
     stores_before: dict[str, int] = field(default_factory=dict)
     stores_after: dict[str, int] = field(default_factory=dict)
@@ -104,8 +106,16 @@ class SoakReport:
     def rss_slope_mb_per_hour(self) -> dict[str, float]:
         """Each part's RSS slope over the run's second half (MB per hour, least squares): the
         first half holds the warm-up (caches filling, the engine's first batches)."""
+        return self._slopes(self.rss_samples)
+
+    def pss_slope_mb_per_hour(self) -> dict[str, float]:
+        """The same for PSS: Postgres's RSS grows as its backends touch shared buffers; its PSS
+        only with memory it adds."""
+        return self._slopes(self.pss_samples)
+
+    def _slopes(self, samples: list[tuple[float, dict[str, int]]]) -> dict[str, float]:
         half = self.duration_s / 2
-        late = [(at, sizes) for at, sizes in self.rss_samples if at >= half]
+        late = [(at, sizes) for at, sizes in samples if at >= half]
         parts = sorted({part for _, sizes in late for part in sizes})
         return {
             part: slope_per_hour([(at, sizes[part] / MB) for at, sizes in late if part in sizes])
@@ -222,6 +232,7 @@ async def run_soak(
     stores_before = await asyncio.to_thread(store_sizes, stack.settings)
     stop = asyncio.Event()
     rss: list[tuple[float, dict[str, int]]] = []
+    pss: list[tuple[float, dict[str, int]]] = []
     began = time.monotonic()
     running = asyncio.create_task(load.run(stop))
     striking = (
@@ -231,6 +242,7 @@ async def run_soak(
     )
     while time.monotonic() - began < duration:
         rss.append((time.monotonic(), await asyncio.to_thread(stack.rss)))
+        pss.append((time.monotonic(), await asyncio.to_thread(stack.pss)))
         await asyncio.sleep(min(5.0, window / 3))
     stop.set()
     stopped = time.monotonic()
@@ -245,6 +257,7 @@ async def run_soak(
     report.windows = _windows(outcomes, began, stopped, window, rss)
     report.p99_drift_by_kind = p99_drift_by_kind(outcomes, began, stopped, window)
     report.rss_samples = [(at - began, sizes) for at, sizes in rss]
+    report.pss_samples = [(at - began, sizes) for at, sizes in pss]
     report.stores_before = stores_before
     report.stores_after = await asyncio.to_thread(store_sizes, stack.settings)
     report.requests = len(outcomes)
@@ -293,6 +306,11 @@ def format_report(report: SoakReport) -> str:
         "RSS slope over the second half (MB/hour, least squares): "
         + ", ".join(f"{p} {v:+.0f}" for p, v in slopes.items())
     )
+    if report.pss_samples:
+        lines.append(
+            "PSS slope over the second half (MB/hour; a shared page counted once): "
+            + ", ".join(f"{p} {v:+.0f}" for p, v in report.pss_slope_mb_per_hour().items())
+        )
     growth = report.store_growth_mb_per_1000()
     lines.append(
         "stores on disk, after the seed -> the end (MB), growth per 1,000 requests: "
@@ -313,6 +331,7 @@ def to_json(report: SoakReport) -> dict[str, object]:
         "degraded_rate": report.degraded_rate,
         "rss_drift_mb": report.rss_drift_mb(),
         "rss_slope_mb_per_hour": report.rss_slope_mb_per_hour(),
+        "pss_slope_mb_per_hour": report.pss_slope_mb_per_hour(),
         "store_growth_mb_per_1000": report.store_growth_mb_per_1000(),
     }
 

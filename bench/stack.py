@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +244,15 @@ class ProcessStack:
     def rss(self) -> dict[str, int]:
         """Resident memory of each part, in bytes, with its child processes (Postgres backends,
         vLLM's engine core)."""
+        return self._memory(lambda proc: proc.memory_info().rss)
+
+    def pss(self) -> dict[str, int]:
+        """Proportional memory of each part, in bytes, with its child processes: a page shared
+        by n processes counts 1/n in each. Summing RSS counts Postgres's shared buffers once per
+        backend that touched them: it grows as backends touch more, with no memory added."""
+        return self._memory(lambda proc: proc.memory_full_info().pss)
+
+    def _memory(self, of: Callable[[psutil.Process], int]) -> dict[str, int]:
         sizes: dict[str, int] = {}
         for part, pid in self.pids().items():
             total = 0
@@ -251,7 +260,7 @@ class ProcessStack:
                 root = psutil.Process(pid) if pid else None
                 for proc in [root, *root.children(recursive=True)] if root else []:
                     with contextlib.suppress(psutil.Error):
-                        total += proc.memory_info().rss
+                        total += of(proc)
             sizes[part] = total
         return sizes
 

@@ -56,8 +56,12 @@ def test_the_rss_slope_is_fitted_over_the_second_half_and_stores_grow_per_1000_r
         warm = min(at, 3000) / 3000 * 500  # the warm-up, over by the half
         growing = 1000 + warm + at / 3600 * 10
         report.rss_samples.append((float(at), {"llm": int(growing * MB), "index": int(900 * MB)}))
+        # PSS: the shared pages the RSS counts once per process, counted once (flat here).
+        report.pss_samples.append((float(at), {"llm": int((growing - 300) * MB), "pg": 60 * MB}))
     slopes = report.rss_slope_mb_per_hour()
     assert math.isclose(slopes["llm"], 10.0, abs_tol=1e-6) and slopes["index"] == 0.0
+    proportional = report.pss_slope_mb_per_hour()
+    assert math.isclose(proportional["llm"], 10.0, abs_tol=1e-6) and proportional["pg"] == 0.0
     assert math.isnan(slope_per_hour([(1.0, 5.0)]))
 
     (tmp_path / "postgres" / "base").mkdir(parents=True)

@@ -8,10 +8,11 @@ is not there (yet) holds 0 bytes.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ragkit.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -92,14 +95,50 @@ def human(n: float) -> str:
     return f"{n:.1f} TB"
 
 
+def rotate_logs(logs: Sequence[Path], max_bytes: int, files: int) -> list[Path]:
+    """Each of `logs` past `max_bytes` is copied to `<name>.1` (older copies shift up to
+    `<name>.<files - 1>`, the oldest is dropped) and truncated in place: its part keeps writing
+    to it (they append), so nothing restarts. Lines written between the copy and the truncate
+    are lost, as with logrotate's copytruncate. Returns the logs rotated."""
+    rotated = []
+    for log in logs:
+        try:
+            if log.stat().st_size <= max_bytes:
+                continue
+        except OSError:  # not there (yet)
+            continue
+        if files > 1:
+            for n in range(files - 2, 0, -1):
+                older = log.with_name(f"{log.name}.{n}")
+                if older.exists():
+                    older.replace(log.with_name(f"{log.name}.{n + 1}"))
+            shutil.copyfile(log, log.with_name(f"{log.name}.1"))
+        with log.open("r+b") as live:
+            live.truncate(0)
+        rotated.append(log)
+    return rotated
+
+
+def embedded_logs(settings: Settings) -> list[Path]:
+    """The logs `durable-rag up`'s parts write (durable_rag/stack): one per part, and Postgres's."""
+    data = settings.data_dir
+    return [*sorted((data / "logs").glob("*.log")), data / "postgres" / "server.log"]
+
+
 class StoreUsageCollector(Collector):
     """Exports `usage(stores)` as gauges. A walk of a large index takes a while, so a thread
     refreshes the figures every `every` seconds and a scrape reads the last ones: a scrape never
-    walks a folder."""
+    walks a folder. `chores` run on the same thread first (the embedded stack's log rotation)."""
 
-    def __init__(self, stores: Mapping[str, Sequence[Path]], every: float = 60.0) -> None:
+    def __init__(
+        self,
+        stores: Mapping[str, Sequence[Path]],
+        every: float = 60.0,
+        chores: Callable[[], object] | None = None,
+    ) -> None:
         self.stores = stores
         self.every = every
+        self.chores = chores
         self.last: list[StoreUsage] = usage(stores)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._refresh, name="store-usage", daemon=True)
@@ -108,6 +147,11 @@ class StoreUsageCollector(Collector):
     def _refresh(self) -> None:
         while not self._stop.wait(self.every):
             began = time.monotonic()
+            if self.chores is not None:
+                try:
+                    self.chores()
+                except OSError as exc:  # a full disk, a permission: the figures still refresh
+                    log.warning("disk chores failed: %s", exc)
             self.last = usage(self.stores)
             # A walk that takes a fair share of the period would keep a core busy: back off.
             self._stop.wait(min(self.every, 10 * (time.monotonic() - began)))
@@ -142,9 +186,16 @@ _registered: StoreUsageCollector | None = None
 
 def register_store_usage(settings: Settings) -> StoreUsageCollector:
     """Once per process (the index worker's: it sees the index, and in the embedded profile
-    every store)."""
+    every store, and rotates every part's log)."""
     global _registered
     if _registered is None:
-        _registered = StoreUsageCollector(stores(settings))
+        chores = None
+        if settings.profile == "embedded":
+            limit, files = settings.log.max_mb * 1024 * 1024, settings.log.files
+
+            def chores() -> None:
+                rotate_logs(embedded_logs(settings), limit, files)
+
+        _registered = StoreUsageCollector(stores(settings), chores=chores)
         REGISTRY.register(_registered)
     return _registered

@@ -36,6 +36,17 @@ class LogSettings(BaseModel):
     format: Literal["text", "json"] = Field(
         default="text", description="Readable lines (embedded) or JSON lines (production)."
     )
+    max_mb: int = Field(
+        default=50,
+        ge=1,
+        le=100_000,
+        description="The embedded stack's log files (.data/logs/*.log, Postgres's server.log) "
+        "are rotated past this size (checked every minute), as compose's json-file driver "
+        "rotates containers' logs.",
+    )
+    files: int = Field(
+        default=5, ge=1, le=100, description="Log files kept per part, the live one included."
+    )
 
 
 class TracingSettings(BaseModel):

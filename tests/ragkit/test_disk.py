@@ -91,3 +91,30 @@ def test_status_lists_each_store_with_the_room_left(
     assert [line[1] for line in lines] == ["temporal", "postgres", "index", "logs"]
     assert lines[0][2:4] == ["2.0", "MB"]
     assert all("free" in line and "of" in line for line in lines)
+
+
+def test_a_log_past_its_cap_is_rotated_in_place_and_its_writer_goes_on(tmp_path: Path) -> None:
+    """The parts append to their logs (durable_rag/stack/process.py): a rotated log is truncated,
+    not replaced, so the part writes on into the same file, from its start."""
+    settings = Settings(data_dir=tmp_path, log_max_mb=1, log_files=3)
+    logs = disk.embedded_logs(settings)
+    assert logs[-1] == tmp_path / "postgres" / "server.log"
+    (tmp_path / "logs").mkdir()
+    live = tmp_path / "logs" / "worker-index.log"
+    quiet = tmp_path / "logs" / "gateway.log"
+    quiet.write_bytes(b"small\n")
+    limit = settings.log.max_mb * 1024 * 1024
+    with live.open("ab") as writer:  # as the part holds it
+        for generation in (b"a", b"b", b"c"):
+            writer.write(generation * (limit + 1))
+            writer.flush()
+            rotated = disk.rotate_logs(disk.embedded_logs(settings), limit, settings.log.files)
+            assert rotated == [live]
+        writer.write(b"after\n")
+        writer.flush()
+    assert live.read_bytes() == b"after\n"
+    # Three files kept: the live one, .1 (the last generation) and .2; the first is gone.
+    assert (tmp_path / "logs" / "worker-index.log.1").read_bytes()[:1] == b"c"
+    assert (tmp_path / "logs" / "worker-index.log.2").read_bytes()[:1] == b"b"
+    assert not (tmp_path / "logs" / "worker-index.log.3").exists()
+    assert quiet.read_bytes() == b"small\n"

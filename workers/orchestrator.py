@@ -168,6 +168,7 @@ def build_worker(
         max_concurrent_local_activities=w.live_max_concurrent_activities
         if live
         else w.max_concurrent_activities,
+        max_cached_workflows=w.max_cached_workflows,
     )
 
 

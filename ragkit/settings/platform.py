@@ -171,6 +171,15 @@ class WorkerSettings(BaseModel):
         description="Activity slots (and threads) of the orchestrator's live worker: retrieval, "
         "hydration and the answer's Postgres steps, apart from the bulk worker's.",
     )
+    max_cached_workflows: int = Field(
+        default=1_000,
+        ge=0,
+        le=100_000,
+        description="Runs each of the orchestrator's workers keeps in memory between their "
+        "tasks (Temporal's sticky cache: a conversation, an ingest, an answer). Past it the "
+        "least recently used is evicted and replayed from its history at its next task; 0: none "
+        "kept. The SDK's default; its gauge is temporal_sticky_cache_size (SDK port).",
+    )
     bulk_nice: int = Field(
         default=10,
         ge=0,

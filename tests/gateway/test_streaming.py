@@ -760,6 +760,8 @@ async def test_a_real_prometheus_scrapes_step_latency_after_an_answer(
             # The SDK endpoint is as lint-clean as ours (counters end in _total).
             sdk = (await http.get(f"http://127.0.0.1:{sdk_port}/metrics")).text
             assert "temporal_activity_schedule_to_start_latency_bucket" in sdk
+            # The workflow cache's size (DURABLE_RAG_WORKER_MAX_CACHED_WORKFLOWS caps it).
+            assert "temporal_sticky_cache_size" in sdk
             lint = subprocess.run(
                 [promtool, "check", "metrics"], input=sdk, capture_output=True, text=True
             )

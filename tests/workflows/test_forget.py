@@ -20,6 +20,7 @@ from activities.costs import REDACTED_REPLY
 from activities.runs import SEARCH_WORKFLOW, RunActivities
 from durable_rag.client import RagClient
 from ragkit import ids
+from ragkit.codec import open_in_place
 from ragkit.embedding import Embedder
 from ragkit.llm.engine import LLMEngine
 from schemas.answer import AskRequest
@@ -61,7 +62,9 @@ def in_postgres(database: Database, text: str) -> list[str]:
 
 async def in_temporal(client: Client, text: str, since: datetime) -> list[str]:
     """Every run started since `since` whose history (inputs, results, updates, markers, memo,
-    summaries) or visibility record holds `text`."""
+    summaries) or visibility record holds `text`, its payloads opened: they are sealed (the
+    default), so the server's bytes would hold it in no case."""
+    codec = client.data_converter.payload_codec
     found: list[str] = []
     stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
     async for run in client.list_workflows(f"StartTime >= '{stamp}'"):
@@ -69,8 +72,10 @@ async def in_temporal(client: Client, text: str, since: datetime) -> list[str]:
             history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
         except RPCError:  # deleted while listed
             continue
-        blob = b"".join(e.SerializeToString() for e in history.events)
-        if text.encode() in blob or text.encode() in run.raw_info.SerializeToString():
+        events, info = list(history.events), run.raw_info
+        open_in_place([*events, info], codec)
+        blob = b"".join(e.SerializeToString() for e in events)
+        if text.encode() in blob or text.encode() in info.SerializeToString():
             found.append(run.id)
     return found
 

@@ -101,21 +101,21 @@ def rotate_logs(logs: Sequence[Path], max_bytes: int, files: int) -> list[Path]:
     to it (they append), so nothing restarts. Lines written between the copy and the truncate
     are lost, as with logrotate's copytruncate. Returns the logs rotated."""
     rotated = []
-    for log in logs:
+    for path in logs:
         try:
-            if log.stat().st_size <= max_bytes:
+            if path.stat().st_size <= max_bytes:
                 continue
         except OSError:  # not there (yet)
             continue
         if files > 1:
             for n in range(files - 2, 0, -1):
-                older = log.with_name(f"{log.name}.{n}")
+                older = path.with_name(f"{path.name}.{n}")
                 if older.exists():
-                    older.replace(log.with_name(f"{log.name}.{n + 1}"))
-            shutil.copyfile(log, log.with_name(f"{log.name}.1"))
-        with log.open("r+b") as live:
+                    older.replace(path.with_name(f"{path.name}.{n + 1}"))
+            shutil.copyfile(path, path.with_name(f"{path.name}.1"))
+        with path.open("r+b") as live:
             live.truncate(0)
-        rotated.append(log)
+        rotated.append(path)
     return rotated
 
 

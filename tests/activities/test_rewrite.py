@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -15,18 +14,9 @@ from activities.documents import TEXT_TABLES, DocumentActivities
 from durable_rag.stack.postgres import EmbeddedPostgres
 from schemas.maintenance import CompactionInput
 from tests.conftest import Database
+from tests.durable_rag.test_deletion_on_disk import files_holding
 
 pytestmark = [pytest.mark.integration]
-
-
-def files_holding(pgdata: Path, word: str) -> list[str]:
-    """The server's files (every database's, the catalog's, the WAL) whose bytes hold `word`."""
-    needle = word.encode()
-    return sorted(
-        str(path.relative_to(pgdata))
-        for path in pgdata.rglob("*")
-        if path.is_file() and needle in path.read_bytes()
-    )
 
 
 def plant(database: Database, word: str, size: int = 0) -> None:
